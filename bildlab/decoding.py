@@ -1,0 +1,407 @@
+"""Decoding over unmodified Hugging Face models: greedy / sampling, speculative decoding and the Big Little Decoder.
+
+All methods are ONE loop (`generate`). Each iteration has two phases:
+
+    draft   the small model proposes tokens one at a time until a *draft-stop rule* says stop;
+    verify  the large model scores the committed tail plus every drafted token in one forward pass, and an
+            *acceptance rule* keeps a prefix of the draft and appends one token of the large model's own.
+
+The methods differ only in those two small rules:
+
+    method        draft stops when                                   acceptance rule
+    greedy/sample never drafts (the large model alone)               -
+    speculative   k tokens were drafted                              greedy: longest prefix equal to the large argmax
+                                                                     sampling: min(1, p/q), residual norm(max(0, p-q))
+    bild          small max-prob < fallback (token discarded),       rollback: first token with -log p_L > rollback
+                  or max_small_steps tokens in a row                 (and != the large argmax) is replaced
+
+Every model keeps its own KV cache (transformers `Cache` objects); rejected positions are cropped, encoders run once
+per input, and the prefix is never recomputed. Batch size 1, as in the papers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+
+METHODS = ("greedy", "sample", "speculative", "bild")
+
+
+@dataclass
+class Output:
+    tokens: list[int]  # the new tokens only (no prompt, no decoder start token); EOS included when produced
+    stats: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One model's view of the sequence
+
+
+class _Model:
+    """A model, its KV cache, and how many tokens of the shared sequence buffer that cache holds."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor):
+        self.model = model
+        self.encoder_decoder = bool(model.config.is_encoder_decoder)
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed during transformers 5.x
+        self.keep_kw = "logits_to_keep" in params
+        self.cached = 0  # positions of the sequence buffer already in the cache
+        self.calls = 0
+        self.seconds = 0.0
+        t0 = _clock(input_ids.device)
+        if self.encoder_decoder:
+            self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
+            self.cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+        else:
+            self.cache = DynamicCache(config=model.config)
+        self.seconds += _clock(input_ids.device) - t0
+
+    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        new = seq[:, self.cached : end]
+        kwargs = {self.cache_kw: self.cache, "use_cache": True}
+        if self.encoder_decoder:
+            kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
+        else:
+            kwargs["input_ids"] = new
+            if self.keep_kw:
+                kwargs["logits_to_keep"] = keep
+        logits = self.model(**kwargs).logits
+        self.cached = end
+        self.calls += 1
+        return logits[0, -keep:].float()
+
+    def crop(self, length: int) -> None:
+        """Drop cached positions >= length (the self-attention cache only; cross-attention stays)."""
+        if self.cached > length:
+            self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
+            self.cached = length
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Token choice (shared by the draft and the target)
+
+
+def _probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """The sampling distribution: temperature, then top-k, then top-p (nucleus), then softmax. Rows are positions."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p  # the mass before this token already covers top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+    return logits.softmax(-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Draft-stop rules: given how many tokens were drafted and the confidence of the next one, is the draft over?
+
+
+def _stop_never_draft(n: int, confidence: float | None) -> bool:
+    return True
+
+
+def _stop_fixed_length(k: int):
+    def stop(n: int, confidence: float | None) -> bool:
+        return n >= k
+
+    return stop
+
+
+def _stop_bild_fallback(fallback: float, max_small_steps: int):
+    def stop(n: int, confidence: float | None) -> bool:
+        # hand-off to the large model after N small tokens in a row, or when the small model is unsure (its token is
+        # then discarded); fallback = 1 always hands off, so the small model is not even asked.
+        return n >= max_small_steps or fallback >= 1.0 or (confidence is not None and confidence < fallback)
+
+    return stop
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Acceptance rules: given the m drafted tokens and the large model's logits at the m+1 positions that predict each of
+# them and the token after them, flag the drafted tokens that are rejected (`bad`) and give the large model's token to
+# follow each prefix (`follow`, m+1 of them). `_decide` keeps the draft up to the first rejection, then that follower.
+
+
+def _decide(draft: torch.Tensor, bad: torch.Tensor, follow: torch.Tensor) -> tuple[list[int], int]:
+    m = len(draft)
+    host = torch.cat([bad.long(), draft, follow]).tolist()  # the one host transfer per verification
+    n = next((i for i in range(m) if host[i]), m)
+    return host[m : m + n], host[2 * m + n]
+
+
+def _accept_greedy(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -> tuple[list[int], int]:
+    """Keep the longest prefix equal to the large argmax, then the large argmax (a correction or a bonus token)."""
+    target = logits.argmax(-1)
+    return _decide(draft, draft != target[: len(draft)], target)
+
+
+def _accept_rollback(rollback: float):
+    def accept(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -> tuple[list[int], int]:
+        """BiLD rollback: the first drafted token y with -log p_L(y) > rollback that differs from the large argmax
+        is replaced by the argmax, and the rest of the draft is dropped. rollback=0 is `_accept_greedy`."""
+        target = logits.argmax(-1)
+        m = len(draft)
+        nll = -logits[:m].log_softmax(-1).gather(-1, draft[:, None])[:, 0]
+        return _decide(draft, (nll > rollback) & (draft != target[:m]), target)
+
+    return accept
+
+
+def _accept_sampling(temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator):
+    def accept(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -> tuple[list[int], int]:
+        """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): keep drafted token x with probability
+        min(1, p(x)/q(x)); at the first rejection sample from norm(max(0, p - q)); after a full accept, from p."""
+        p = _probs(logits, temperature, top_k, top_p)  # [m+1, V], processed exactly like the draft's q
+        m = len(draft)
+        rows = torch.arange(m, device=draft.device)
+        u = torch.rand(m, generator=generator, device=draft.device)
+        bad = u * q[rows, draft] > p[rows, draft]
+        # one follower per position, drawn in a single call: the residual rows, then p itself for the bonus token
+        residual = (p[:m] - q).clamp_min(0)
+        residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p[:m])
+        follow = torch.multinomial(torch.cat([residual, p[m:]]), 1, generator=generator)[:, 0]
+        return _decide(draft, bad, follow)
+
+    return accept
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+@torch.inference_mode()
+def generate(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    *,
+    small: PreTrainedModel | None = None,
+    method: str = "greedy",
+    max_new_tokens: int = 128,
+    eos_token_id: int | list[int] | None = None,
+    k: int = 4,
+    fallback: float = 0.6,
+    rollback: float = 5.0,
+    max_small_steps: int = 10,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+) -> Output:
+    """Generate with the large `model` alone ("greedy", "sample") or helped by the `small` model ("speculative", "bild").
+
+    `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for decoder-only ones.
+    Returns `Output(tokens, stats)`; `tokens` are the new tokens only. See the module docstring for the methods.
+    Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
+    output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
+    """
+    input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
+                       do_sample, temperature, top_k, top_p, seed)
+    do_sample = do_sample or method == "sample"
+    eos = _eos_ids(model, eos_token_id)
+    device = input_ids.device
+    t_start = _clock(device)
+
+    # the shared sequence buffer: [decoder start] or the prompt, then the output; drafts are written past `pos`
+    if model.config.is_encoder_decoder:
+        prefix = torch.tensor([[_decoder_start(model)]], device=device)
+    else:
+        prefix = input_ids
+    P = prefix.shape[1]
+    seq = torch.empty((1, P + max_new_tokens), dtype=torch.long, device=device)
+    seq[:, :P] = prefix
+    end = P + max_new_tokens  # the budget, as a buffer position
+
+    generator = None
+    if do_sample:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+
+    # the two rules for this method
+    if method in ("greedy", "sample"):
+        stop = _stop_never_draft
+    elif method == "speculative":
+        stop = _stop_fixed_length(k)
+    else:
+        stop = _stop_bild_fallback(fallback, max_small_steps)
+    if do_sample:
+        accept = _accept_sampling(temperature, top_k, top_p, generator)
+    elif method == "bild":
+        accept = _accept_rollback(rollback)
+    else:
+        accept = _accept_greedy
+    needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
+
+    large = _Model(model, input_ids)
+    # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
+    drafter = _Model(small, input_ids) if small is not None and not stop(0, None) else None
+    stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
+                 rollbacks=0)
+    pos = P  # committed length of `seq`
+    first = method == "bild"  # BiLD: the first decoder step is the large model's
+    while pos < end:
+        # ---- draft: the small model writes seq[pos : pos + m]
+        t0 = _clock(device)
+        m, q_rows = 0, []
+        while drafter is not None and not first and pos + m < end and not stop(m, None):
+            logits = drafter.logits(seq, pos + m, 1)[-1]
+            if do_sample:
+                q = _probs(logits, temperature, top_k, top_p)
+                token = torch.multinomial(q, 1, generator=generator)[0]
+                q_rows.append(q)
+            else:
+                token = logits.argmax()
+            if needs_confidence:  # BiLD: a low-confidence token is discarded and the large model takes over
+                if stop(m, logits.softmax(-1)[token].item()):
+                    stats["fallbacks"] += 1
+                    break
+            seq[0, pos + m] = token
+            m += 1
+            if needs_confidence and token.item() in eos:
+                break  # a confident EOS ends the draft; the large model still checks it
+        first = False
+        t1 = _clock(device)
+        if drafter is not None:
+            drafter.seconds += t1 - t0
+
+        # ---- verify: the large model scores the tail and all m drafted tokens in one pass
+        logits = large.logits(seq, pos + m, m + 1)
+        q = torch.stack(q_rows) if q_rows else logits[:0]
+        kept, token = accept(seq[0, pos : pos + m], logits, q)
+
+        # ---- commit: the kept draft, then the large model's token (unless the budget is used up); stop at EOS
+        n = len(kept)
+        new = kept if pos + n == end else kept + [token]
+        cut = next((i + 1 for i, t in enumerate(new) if t in eos), None)
+        new = new[:cut]
+        if len(new) > n:
+            seq[0, pos + n] = token
+        n_small = min(n, len(new))
+        stats["drafted"] += m
+        stats["accepted"] += n_small
+        stats["small_tokens"] += n_small
+        stats["large_tokens"] += len(new) - n_small
+        stats["rollbacks"] += int(n < m)
+        large.crop(pos + n)  # the verified positions stay cached; the large model's token is fed next time
+        if drafter is not None:
+            drafter.crop(pos + n)
+        pos += len(new)
+        large.seconds += _clock(device) - t1
+        if cut is not None:
+            break
+
+    tokens = seq[0, P:pos].tolist()
+    stats["large_calls"] = large.calls
+    stats["large_seconds"] = large.seconds
+    stats["small_calls"] = drafter.calls if drafter else 0
+    stats["small_seconds"] = drafter.seconds if drafter else 0.0
+    stats["seconds"] = _clock(device) - t_start
+    return Output(tokens, stats)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Configuration and argument checks (all before any model call)
+
+
+def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
+    if eos_token_id is None:
+        eos_token_id = model.generation_config.eos_token_id
+    if eos_token_id is None:
+        return frozenset()
+    return frozenset([eos_token_id] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id])
+
+
+def _decoder_start(model: PreTrainedModel) -> int:
+    for value in (model.generation_config.decoder_start_token_id, model.config.decoder_start_token_id,
+                  model.generation_config.bos_token_id):
+        if value is not None:
+            return int(value if isinstance(value, int) else value[0])
+    raise ValueError("model: an encoder-decoder model needs decoder_start_token_id in its config or generation config")
+
+
+def _vocab_size(model: PreTrainedModel) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
+           temperature, top_k, top_p, seed) -> torch.Tensor:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.LongTensor of shape [1, n]; got {type(input_ids).__name__}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must hold integer token ids; got dtype {input_ids.dtype}")
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must have shape [1, n] with n >= 1; got {list(input_ids.shape)}")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids: batch size {input_ids.shape[0]} is not supported by method {method!r}; "
+                         "bildlab decodes at batch size 1 (the papers' setting): call generate once per input")
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
+    if not _is_int(k) or k < 1:
+        raise ValueError(f"k (the maximum draft length) must be an integer >= 1; got {k!r}")
+    if not _is_int(max_small_steps) or max_small_steps < 1:
+        raise ValueError(f"max_small_steps must be an integer >= 1; got {max_small_steps!r}")
+    if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0.0 <= fallback <= 1.0:
+        raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
+    if isinstance(rollback, bool) or not isinstance(rollback, (int, float)) or math.isnan(rollback) or rollback < 0:
+        raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
+    if not isinstance(do_sample, bool):
+        raise TypeError(f"do_sample must be True or False; got {do_sample!r}")
+    if method == "greedy" and do_sample:
+        raise ValueError("do_sample=True contradicts method='greedy'; use method='sample' for the large model alone")
+    if method == "bild" and do_sample:
+        raise ValueError("method='bild' is greedy (as in the paper): do_sample must be False; "
+                         "use method='speculative' for lossless sampling with a draft model")
+    sampling = do_sample or method == "sample"
+    if sampling:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"temperature must be a number > 0 when sampling; got {temperature!r}")
+        if top_k is not None and (not _is_int(top_k) or top_k < 1):
+            raise ValueError(f"top_k must be None or an integer >= 1; got {top_k!r}")
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                                  or not 0.0 < top_p <= 1.0):
+            raise ValueError(f"top_p must be None or a number in (0, 1]; got {top_p!r}")
+    if seed is not None and not _is_int(seed):
+        raise TypeError(f"seed must be None or an int; got {seed!r}")
+    if method in ("speculative", "bild"):
+        if small is None:
+            raise ValueError(f"method={method!r} needs a small (draft) model: pass small=...")
+        if not isinstance(small, PreTrainedModel):
+            raise TypeError(f"small must be a transformers PreTrainedModel; got {type(small).__name__}")
+        kinds = {True: "encoder-decoder", False: "decoder-only"}
+        if bool(small.config.is_encoder_decoder) != bool(model.config.is_encoder_decoder):
+            raise ValueError(f"small is {kinds[bool(small.config.is_encoder_decoder)]} but model is "
+                             f"{kinds[bool(model.config.is_encoder_decoder)]}: both must be of the same kind")
+        if _vocab_size(small) != _vocab_size(model):
+            raise ValueError(f"small and model must share a vocabulary; vocabulary sizes differ: "
+                             f"{_vocab_size(small)} vs {_vocab_size(model)}")
+        if small.device != model.device:
+            raise ValueError(f"small and model must be on the same device; got {small.device} and {model.device}")
+    if input_ids.device != model.device:
+        input_ids = input_ids.to(model.device)
+    return input_ids.long()
