@@ -1,0 +1,80 @@
+"""Tiny random Hugging Face models built from configs (no download), shared by the tests."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytest
+import torch
+import transformers as tf
+
+tf.logging.set_verbosity_error()
+torch.set_num_threads(1)  # tiny models: one thread is faster and steadier on 2 shared cores
+
+VOCAB = 48
+EOS = 2
+ARCHS = ("gpt2", "llama", "t5", "bart")
+
+
+def tiny(arch: str, seed: int, layers: int = 2, vocab: int = VOCAB, scale: float = 1.0) -> tf.PreTrainedModel:
+    """A tiny random model in float32, eval mode. `scale` sharpens the output distribution (larger init)."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
+    if arch == "gpt2":
+        cfg = tf.GPT2Config(n_layer=layers, n_embd=32, n_head=2, n_positions=256, initializer_range=0.3 * scale,
+                            **common)
+        model = tf.GPT2LMHeadModel(cfg)
+    elif arch == "llama":
+        cfg = tf.LlamaConfig(num_hidden_layers=layers, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3 * scale,
+                             **common)
+        model = tf.LlamaForCausalLM(cfg)
+    elif arch == "t5":
+        cfg = tf.T5Config(d_model=32, d_ff=64, num_layers=layers, num_decoder_layers=layers, num_heads=2, d_kv=16,
+                          decoder_start_token_id=0, tie_word_embeddings=False, **common)
+        model = tf.T5ForConditionalGeneration(cfg)
+        with torch.no_grad():  # T5's default init makes random models repeat one token; wider weights vary more
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0, 0.5 * scale)
+    elif arch == "bart":
+        cfg = tf.BartConfig(d_model=32, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=2,
+                            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                            max_position_embeddings=256, init_std=0.1 * scale, decoder_start_token_id=EOS,
+                            forced_eos_token_id=None, forced_bos_token_id=None, tie_word_embeddings=False,
+                            **common)
+        model = tf.BartForConditionalGeneration(cfg)
+    else:
+        raise ValueError(arch)
+    return model.eval()
+
+
+def perturbed(model: tf.PreTrainedModel, noise: float, seed: int) -> tf.PreTrainedModel:
+    """A copy of `model` with Gaussian noise on every weight: a draft that agrees on some tokens, not all."""
+    copy = type(model)(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * noise * p.std().clamp_min(1e-3))
+    return copy
+
+
+def hf_greedy(model, input_ids, max_new_tokens, eos_token_id):
+    """The reference: transformers' own greedy generate, new tokens only."""
+    kw = {} if eos_token_id is None else {"eos_token_id": eos_token_id}  # None: the generation config's own
+    out = model.generate(input_ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0, **kw)
+    start = 1 if model.config.is_encoder_decoder else input_ids.shape[1]
+    return out[0, start:].tolist()
+
+
+@pytest.fixture(scope="session")
+def models():
+    """(large, {draft name: draft}) per architecture, built once."""
+    zoo = {}
+    for i, arch in enumerate(ARCHS):
+        large = tiny(arch, seed=10 + i, layers=2)
+        zoo[arch] = (large, {"random": tiny(arch, seed=50 + i, layers=1), "perturbed": perturbed(large, 0.05, i),
+                             "self": large})
+    return zoo

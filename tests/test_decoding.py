@@ -1,0 +1,441 @@
+"""The decoding engine: exact equality with transformers' greedy generate, BiLD against a plain reference
+implementation, the sampling law of speculative sampling, statistics, caches, and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from conftest import ARCHS, EOS, VOCAB, hf_greedy, perturbed, tiny
+from scipy import stats as sps
+
+import bildlab
+from bildlab.decoding import _probs
+
+N_NEW = 20
+
+
+def prompt(seed: int, n: int = 6) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def early_eos(ref: list[int]) -> int:
+    """A token of the reference output, chosen so that generation stops early (not at the first step)."""
+    for t in ref[3:]:
+        if t not in ref[:3]:
+            return t
+    return ref[-1]
+
+
+LOSSLESS = {
+    "greedy": dict(method="greedy"),
+    "speculative-k1": dict(method="speculative", k=1),
+    "speculative-k4": dict(method="speculative", k=4),
+    "bild-rollback0": dict(method="bild", rollback=0.0, fallback=0.0),
+    "bild-rollback0-fb": dict(method="bild", rollback=0.0, fallback=0.3, max_small_steps=3),
+    "bild-fallback1": dict(method="bild", fallback=1.0, rollback=100.0),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("draft", ["random", "perturbed", "self"])
+def test_lossless_modes_equal_transformers_greedy(models, arch, draft):
+    large, drafts = models[arch]
+    small = drafts[draft]
+    accepted = 0
+    for seed in range(2):
+        x = prompt(seed)
+        full = hf_greedy(large, x, N_NEW, [])
+        eos = early_eos(full)
+        stopped = hf_greedy(large, x, N_NEW, eos)
+        assert len(stopped) < len(full) and stopped[-1] == eos  # the EOS case really stops early
+        for eos_id, ref in (([], full), (eos, stopped)):
+            for name, kw in LOSSLESS.items():
+                out = bildlab.generate(large, x, small=small, max_new_tokens=N_NEW, eos_token_id=eos_id, **kw)
+                assert out.tokens == ref, (name, eos_id)
+                st = out.stats
+                assert st["small_tokens"] + st["large_tokens"] == len(ref)
+                if name.startswith("speculative"):
+                    accepted += st["accepted"]
+                    if draft == "self" and eos_id == []:  # the target as its own draft: all drafts accepted,
+                        assert st["accepted"] == st["drafted"] and st["rollbacks"] == 0
+                        assert st["large_calls"] == math.ceil(len(ref) / (kw["k"] + 1))  # k + 1 tokens a call
+                if name == "bild-fallback1":
+                    assert st["small_calls"] == 0 and st["large_calls"] == len(ref)
+    if draft in ("perturbed", "self"):
+        assert accepted > 0
+
+
+def test_generate_default_eos_comes_from_generation_config(models):
+    large, drafts = models["llama"]
+    x = prompt(3)
+    full = hf_greedy(large, x, N_NEW, [])
+    large.generation_config.eos_token_id = early_eos(full)
+    try:
+        ref = hf_greedy(large, x, N_NEW, None)
+        for method in ("greedy", "speculative", "bild"):
+            out = bildlab.generate(large, x, small=drafts["perturbed"], method=method, max_new_tokens=N_NEW,
+                                   rollback=0.0)
+            assert out.tokens == ref
+    finally:
+        large.generation_config.eos_token_id = EOS
+
+
+def test_max_new_tokens_zero_and_one(models):
+    large, drafts = models["t5"]
+    x = prompt(0)
+    for method in ("greedy", "speculative", "bild"):
+        assert bildlab.generate(large, x, small=drafts["self"], method=method, max_new_tokens=0).tokens == []
+        one = bildlab.generate(large, x, small=drafts["self"], method=method, max_new_tokens=1, rollback=0.0)
+        assert one.tokens == hf_greedy(large, x, 1, EOS)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# BiLD against a plain reference implementation of the paper's Algorithm 1 (no caches, full recomputation)
+
+
+def _next_logits(model, x, seq):
+    if model.config.is_encoder_decoder:
+        return model(input_ids=x, decoder_input_ids=torch.tensor([seq])).logits[0]
+    return model(input_ids=torch.tensor([seq])).logits[0]
+
+
+@torch.no_grad()
+def reference_bild(large, small, x, max_new, fallback, rollback, n_max, eos):
+    """Algorithm 1 of Kim et al. written as plainly as possible (full recomputation, no caches), with the two fixes
+    bildlab makes: no second large pass after a rollback, and trailing small tokens are checked by the large model."""
+    start = [large.config.decoder_start_token_id] if large.config.is_encoder_decoder else x[0].tolist()
+    seq = list(start)
+    checked = len(seq)  # seq[:checked] was written or checked by the large model
+
+    def out():
+        return seq[len(start):]
+
+    def large_step():  # one non-autoregressive pass over the unchecked chunk: rollback, else the next token
+        nonlocal seq, checked
+        rows = _next_logits(large, x, seq)[checked - 1 :]
+        chunk = seq[checked:]
+        for i, tok in enumerate(chunk):
+            if -rows[i].log_softmax(-1)[tok] > rollback and int(rows[i].argmax()) != tok:
+                seq = seq[: checked + i] + [int(rows[i].argmax())]
+                break
+        else:
+            if len(out()) < max_new and not (chunk and chunk[-1] == eos):
+                seq.append(int(rows[-1].argmax()))
+        checked = len(seq)
+
+    large_step()  # the first decoder step is the large model's
+    while len(out()) < max_new and out()[-1] != eos:
+        n = 0  # the small model writes until unsure (its token is discarded), N tokens in a row, EOS or the budget
+        while n < n_max and len(out()) < max_new:
+            probs = _next_logits(small, x, seq)[-1].softmax(-1)
+            if probs.max() < fallback:
+                break
+            seq.append(int(probs.argmax()))
+            n += 1
+            if seq[-1] == eos:
+                break
+        large_step()
+    return out()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "t5"])
+def test_bild_equals_reference_algorithm(arch):
+    large = tiny(arch, seed=21, scale=2.0)  # sharper distributions: the small model is often confident
+    small = perturbed(large, 0.3, seed=5)
+    seen = {"fallbacks": 0, "rollbacks": 0, "small_tokens": 0}
+    for seed in range(3):
+        x = prompt(seed)
+        for fallback, rollback, n_max in [(0.2, 1.0, 10), (0.5, 0.5, 3), (0.4, 3.0, 10), (0.0, 2.0, 2), (0.9, 0.1, 10)]:
+            ref = reference_bild(large, small, x, N_NEW, fallback, rollback, n_max, EOS)
+            out = bildlab.generate(large, x, small=small, method="bild", max_new_tokens=N_NEW, fallback=fallback,
+                                   rollback=rollback, max_small_steps=n_max, eos_token_id=EOS)
+            assert out.tokens == ref, (seed, fallback, rollback, n_max)
+            for key in seen:
+                seen[key] += out.stats[key]
+    assert all(v > 0 for v in seen.values()), seen  # the sweep exercised fallback, rollback and kept small tokens
+
+
+def test_bild_statistics_add_up(models):
+    large = tiny("llama", seed=30, scale=2.0)
+    small = perturbed(large, 0.3, seed=1)
+    for seed in range(3):
+        x = prompt(seed)
+        for fallback, rollback in [(0.3, 1.0), (0.6, 5.0), (0.1, 0.5)]:
+            out = bildlab.generate(large, x, small=small, method="bild", max_new_tokens=N_NEW, fallback=fallback,
+                                   rollback=rollback, eos_token_id=[])
+            st = out.stats
+            assert len(out.tokens) == N_NEW
+            assert st["small_tokens"] + st["large_tokens"] == len(out.tokens)
+            assert st["small_tokens"] == st["accepted"] <= st["drafted"]
+            assert st["rollbacks"] <= st["large_calls"] and st["fallbacks"] <= st["large_calls"]
+            # each large call adds at most one token of its own; small calls = drafted + discarded (fallback) tokens
+            assert st["large_tokens"] <= st["large_calls"]
+            assert st["small_calls"] == st["drafted"] + st["fallbacks"]
+            assert 0 < st["large_seconds"] + st["small_seconds"] <= st["seconds"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Speculative sampling: the output law equals the target's
+
+
+SMALL_VOCAB = 5
+
+
+def target_law(model, x, length, eos, temperature, top_k, top_p):
+    """Exact law of the first `length` tokens (sequences may end early at EOS), using transformers' own warpers."""
+    warpers = [tf.TemperatureLogitsWarper(temperature)]
+    if top_k is not None:
+        warpers.append(tf.TopKLogitsWarper(top_k))
+    if top_p is not None:
+        warpers.append(tf.TopPLogitsWarper(top_p))
+    law = {}
+
+    def walk(seq, prob):
+        if len(seq) == length or (seq and seq[-1] == eos):
+            law[tuple(seq)] = prob
+            return
+        ids = torch.cat([x, torch.tensor([seq], dtype=torch.long)], 1)
+        scores = model(input_ids=ids).logits[:, -1].float()
+        for w in warpers:
+            scores = w(ids, scores)
+        p = scores.softmax(-1)[0]
+        for t in range(SMALL_VOCAB):
+            if p[t] > 0:
+                walk(seq + [t], prob * p[t].item())
+
+    with torch.no_grad():
+        walk([], 1.0)
+    return law
+
+
+def chi_square_p(samples, law):
+    keys = sorted(law)
+    expected = np.array([law[k] for k in keys])
+    expected = expected / expected.sum() * len(samples)
+    counts = {k: 0 for k in keys}
+    for s in samples:
+        counts[tuple(s)] += 1  # a sample outside the support raises KeyError: the test fails
+    observed = np.array([counts[k] for k in keys])
+    # pool cells with small expectations so the chi-square approximation holds
+    order = np.argsort(expected)
+    exp_sorted, obs_sorted = expected[order], observed[order]
+    pooled_e, pooled_o, acc_e, acc_o = [], [], 0.0, 0
+    for e, o in zip(exp_sorted, obs_sorted):
+        acc_e += e
+        acc_o += o
+        if acc_e >= 10:
+            pooled_e.append(acc_e)
+            pooled_o.append(acc_o)
+            acc_e, acc_o = 0.0, 0
+    if acc_e > 0:
+        pooled_e[-1] += acc_e
+        pooled_o[-1] += acc_o
+    return sps.chisquare(pooled_o, pooled_e).pvalue
+
+
+@pytest.fixture(scope="module")
+def sampling_pair():
+    target = tiny("gpt2", seed=3, vocab=SMALL_VOCAB)
+    draft = tiny("gpt2", seed=99, vocab=SMALL_VOCAB, layers=1, scale=2.0)  # sharper, and unrelated to the target
+    return target, draft
+
+
+@pytest.mark.parametrize("processing, n_samples", [(dict(temperature=1.0), 800),
+                                                    (dict(temperature=0.7, top_k=4, top_p=0.9), 1500)])
+def test_speculative_sampling_reproduces_target_law(sampling_pair, processing, n_samples):
+    target, draft = sampling_pair
+    x = torch.tensor([[1, 3, 4]])
+    length, eos = 3, 2
+    law = target_law(target, x, length, eos, processing.get("temperature", 1.0), processing.get("top_k"),
+                     processing.get("top_p"))
+    draft_law = target_law(draft, x, length, eos, processing.get("temperature", 1.0), processing.get("top_k"),
+                           processing.get("top_p"))
+    tv = 0.5 * sum(abs(law.get(s, 0) - draft_law.get(s, 0)) for s in set(law) | set(draft_law))
+    assert tv > 0.3  # the draft really is very different from the target
+    samples, paths = [], set()
+    for i in range(n_samples):
+        out = bildlab.generate(target, x, small=draft, method="speculative", k=2, do_sample=True, seed=i,
+                               max_new_tokens=length, eos_token_id=eos, **processing)
+        samples.append(out.tokens)
+        st = out.stats
+        paths.add("residual" if st["rollbacks"] else "bonus" if len(out.tokens) > st["accepted"] > 0 else "other")
+    assert {"residual", "bonus"} <= paths  # both resampling from norm(max(0, p - q)) and the bonus token were used
+    assert chi_square_p(samples, law) > 1e-3
+    # the test has power: the draft's own samples are told apart from the target law
+    drafts = [bildlab.generate(draft, x, method="sample", seed=i, max_new_tokens=length, eos_token_id=eos,
+                               **processing).tokens for i in range(400)]
+    assert chi_square_p(drafts, {s: law.get(s, 1e-9) for s in set(law) | set(draft_law)}) < 1e-6
+
+
+def test_plain_sampling_reproduces_target_law(sampling_pair):
+    target, _ = sampling_pair
+    x = torch.tensor([[1, 3, 4]])
+    law = target_law(target, x, 3, 2, 0.8, None, None)
+    samples = [bildlab.generate(target, x, method="sample", temperature=0.8, seed=i, max_new_tokens=3,
+                                eos_token_id=2).tokens for i in range(800)]
+    assert chi_square_p(samples, law) > 1e-3
+
+
+def test_sampling_is_reproducible_with_a_seed(sampling_pair):
+    target, draft = sampling_pair
+    x = torch.tensor([[1, 3, 4]])
+    runs = [bildlab.generate(target, x, small=draft, method="speculative", do_sample=True, seed=7,
+                             max_new_tokens=20, eos_token_id=[]).tokens for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 20
+    other = [bildlab.generate(target, x, small=draft, method="speculative", do_sample=True, seed=s,
+                              max_new_tokens=20, eos_token_id=[]).tokens for s in range(8, 12)]
+    assert any(o != runs[0] for o in other)
+
+
+def test_probs_processing_matches_transformers_warpers():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
+    for temperature, top_k, top_p in [(1.0, None, None), (0.5, 5, None), (1.3, None, 0.8), (0.7, 10, 0.5)]:
+        ref = logits / temperature
+        if top_k:
+            ref = tf.TopKLogitsWarper(top_k)(None, ref)
+        if top_p:
+            ref = tf.TopPLogitsWarper(top_p)(None, ref)
+        torch.testing.assert_close(_probs(logits, temperature, top_k, top_p), ref.softmax(-1))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Caches: encoders run once, the prefix is never recomputed, rejected positions are cropped
+
+
+@pytest.mark.parametrize("arch", ["t5", "gpt2"])
+def test_each_call_feeds_only_new_positions(models, arch):
+    large, drafts = models[arch]
+    small = drafts["perturbed"]
+    fed = {"large": [], "small": []}
+    encoder_calls = {"large": 0, "small": 0}
+    hooks = []
+    for name, m in (("large", large), ("small", small)):
+        if m.config.is_encoder_decoder:
+            hooks.append(m.get_decoder().register_forward_pre_hook(
+                lambda mod, args, kwargs, name=name: fed[name].append(kwargs["input_ids"].shape[1]), with_kwargs=True))
+            hooks.append(m.get_encoder().register_forward_hook(
+                lambda *a, name=name: encoder_calls.__setitem__(name, encoder_calls[name] + 1)))
+        else:
+            hooks.append(m.get_input_embeddings().register_forward_hook(
+                lambda mod, args, out, name=name: fed[name].append(args[0].shape[1])))
+    try:
+        x = prompt(1)
+        out = bildlab.generate(large, x, small=small, method="speculative", k=4, max_new_tokens=N_NEW,
+                               eos_token_id=[])
+    finally:
+        for h in hooks:
+            h.remove()
+    if arch == "t5":
+        assert encoder_calls == {"large": 1, "small": 1}  # the encoders run once per input
+    st = out.stats
+    first = 1 if large.config.is_encoder_decoder else x.shape[1]
+    assert len(fed["large"]) == st["large_calls"] and len(fed["small"]) == st["small_calls"]
+    assert fed["large"][0] == first + 4  # the prompt (or decoder start) and the first k drafted tokens
+    assert all(n <= 1 + 4 for n in fed["large"][1:])  # at most the pending token + k drafted ones
+    assert all(n <= 2 for n in fed["small"][1:])  # at most the correction and the last accepted token
+    # in total the large model saw each kept position once (the last one only if it was drafted), plus the rejected
+    # drafts: nothing was recomputed
+    assert sum(fed["large"]) - (st["drafted"] - st["accepted"]) in (first + len(out.tokens) - 1, first + len(out.tokens))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Precision and device
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_runs_every_method(dtype):
+    large = tiny("llama", seed=4).to(dtype)
+    small = tiny("llama", seed=5, layers=1).to(dtype)
+    x = prompt(0)
+    for method in ("greedy", "sample", "speculative", "bild"):
+        out = bildlab.generate(large, x, small=small, method=method, max_new_tokens=12, eos_token_id=[], seed=0)
+        assert len(out.tokens) == 12 and all(0 <= t < VOCAB for t in out.tokens)
+    # with itself as draft, greedy speculative decoding accepts (nearly) everything in low precision too
+    out = bildlab.generate(large, x, small=large, method="speculative", max_new_tokens=12, eos_token_id=[])
+    assert out.stats["accepted"] >= out.stats["drafted"] // 2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bad input: fails before any model call, naming the parameter
+
+
+class Boom(torch.nn.Module):
+    pass
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(method="beam"), ValueError, ["method", "'greedy'", "'bild'"]),
+        (dict(method="bild", fallback=1.5), ValueError, ["fallback", "[0, 1]"]),
+        (dict(method="bild", fallback=-0.1), ValueError, ["fallback", "[0, 1]"]),
+        (dict(method="bild", rollback=-1.0), ValueError, ["rollback", ">= 0"]),
+        (dict(method="bild", rollback=float("nan")), ValueError, ["rollback"]),
+        (dict(method="speculative", k=0), ValueError, ["k", ">= 1"]),
+        (dict(method="speculative", k=2.5), ValueError, ["k", ">= 1"]),
+        (dict(max_new_tokens=-1), ValueError, ["max_new_tokens", ">= 0"]),
+        (dict(method="bild", max_small_steps=0), ValueError, ["max_small_steps", ">= 1"]),
+        (dict(method="speculative", small=None), ValueError, ["small"]),
+        (dict(method="bild", small=None), ValueError, ["small"]),
+        (dict(method="speculative", small="gpt2"), TypeError, ["small", "PreTrainedModel"]),
+        (dict(method="speculative", small=Boom()), TypeError, ["small", "PreTrainedModel"]),
+        (dict(method="sample", temperature=0.0), ValueError, ["temperature", "> 0"]),
+        (dict(method="speculative", do_sample=True, temperature=-1.0), ValueError, ["temperature", "> 0"]),
+        (dict(method="sample", top_k=0), ValueError, ["top_k"]),
+        (dict(method="sample", top_p=1.5), ValueError, ["top_p", "(0, 1]"]),
+        (dict(method="greedy", do_sample=True), ValueError, ["do_sample", "method='sample'"]),
+        (dict(method="bild", do_sample=True), ValueError, ["do_sample", "bild"]),
+        (dict(do_sample="yes"), TypeError, ["do_sample"]),
+        (dict(seed=1.5), TypeError, ["seed"]),
+    ],
+)
+def test_bad_arguments_fail_fast(models, kwargs, error, words):
+    large, drafts = models["gpt2"]
+    calls = []
+    hook = large.register_forward_hook(lambda *a: calls.append(1))
+    kwargs = {"small": drafts["random"], **kwargs}
+    try:
+        with pytest.raises(error) as info:
+            bildlab.generate(large, prompt(0), **kwargs)
+    finally:
+        hook.remove()
+    for w in words:
+        assert w in str(info.value)
+    assert not calls  # nothing ran
+
+
+def test_bad_model_pairs(models):
+    gpt2, _ = models["gpt2"]
+    t5, _ = models["t5"]
+    x = prompt(0)
+    with pytest.raises(ValueError, match="small is encoder-decoder but model is decoder-only"):
+        bildlab.generate(gpt2, x, small=t5, method="speculative")
+    with pytest.raises(ValueError, match="small is decoder-only but model is encoder-decoder"):
+        bildlab.generate(t5, x, small=gpt2, method="bild")
+    other_vocab = tiny("gpt2", seed=0, vocab=VOCAB + 8)
+    with pytest.raises(ValueError, match="vocabulary sizes differ: 56 vs 48"):
+        bildlab.generate(gpt2, x, small=other_vocab, method="speculative")
+    with pytest.raises(TypeError, match="model must be a transformers PreTrainedModel"):
+        bildlab.generate(Boom(), x)
+
+
+@pytest.mark.parametrize(
+    "input_ids, error, words",
+    [
+        ([[1, 2, 3]], TypeError, ["input_ids", "LongTensor"]),
+        (torch.tensor([[1.0, 2.0]]), TypeError, ["input_ids", "integer"]),
+        (torch.tensor([[True, False]]), TypeError, ["input_ids", "integer"]),
+        (torch.zeros((1, 0), dtype=torch.long), ValueError, ["input_ids", "[1, n]", "[1, 0]"]),
+        (torch.zeros((0,), dtype=torch.long), ValueError, ["input_ids", "[1, n]"]),
+        (torch.ones((1, 2, 3), dtype=torch.long), ValueError, ["input_ids", "[1, 2, 3]"]),
+        (torch.ones((2, 3), dtype=torch.long), ValueError, ["input_ids", "batch size 2", "batch size 1"]),
+    ],
+)
+def test_bad_input_ids(models, input_ids, error, words):
+    large, drafts = models["gpt2"]
+    with pytest.raises(error) as info:
+        bildlab.generate(large, input_ids, small=drafts["random"], method="speculative")
+    for w in words:
+        assert w in str(info.value)
