@@ -1,0 +1,67 @@
+"""Benchmark: Hugging Face greedy and assisted generation vs bildlab greedy / speculative / BiLD, side by side.
+
+    python benchmarks/bench_decoding.py                       # the toy-mt pair from the shipped zoo
+    python benchmarks/bench_decoding.py --pair random         # a tiny random T5 pair (engine overhead only)
+    python benchmarks/bench_decoding.py --n 100 --k 4 --threads 1
+
+Same pair, same inputs, interleaved after a warm-up, in one run; prints tokens/s, ratios, tokens per large call and
+whether the lossless methods gave identical outputs. Exits non-zero if a lossless method differs from greedy.
+"""
+
+import argparse
+import sys
+
+import torch
+
+from bildlab.benchmark import LOSSLESS, compare, random_pair
+
+
+def zoo_pair(name, n):
+    import bildlab
+
+    pair = bildlab.load_pair(name)
+    examples = bildlab.load_task(name, "test", limit=n)
+    inputs = [pair.encode(ex["source"]) for ex in examples]
+    return pair.large, pair.small, inputs
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", default="toy-mt", help="a zoo pair name, or 'random' (default: toy-mt)")
+    ap.add_argument("--n", type=int, default=40, help="timed inputs (default 40)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up inputs (default 3)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--k", type=int, default=4, help="draft length for speculative / assisted (default 4)")
+    ap.add_argument("--fallback", type=float, default=0.6)
+    ap.add_argument("--rollback", type=float, default=5.0)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.pair == "random":
+        large, small, inputs = random_pair()
+    else:
+        large, small, inputs = zoo_pair(args.pair, args.n + args.warmup)
+    inputs = inputs[: args.n + args.warmup]
+    result = compare(large, small, inputs, warmup=args.warmup,
+                     max_new_tokens=args.max_new_tokens, k=args.k, fallback=args.fallback, rollback=args.rollback,
+                     progress=True)
+    print(f"pair={args.pair} inputs={len(inputs) - args.warmup} (+{args.warmup} warm-up) k={args.k} "
+          f"fallback={args.fallback} rollback={args.rollback} threads={args.threads} device={large.device}")
+    rows = result.table()
+    header = list(rows[0])
+    print(" | ".join(f"{h:>22}" for h in header))
+    for row in rows:
+        print(" | ".join(f"{str(row[h]):>22}" for h in header))
+    spec_vs_assisted = result.ratio("speculative", "hf_assisted")
+    greedy_vs_hf = result.ratio("greedy", "hf_greedy")
+    print(f"bildlab speculative / HF assisted: {spec_vs_assisted:.2f}x   bildlab greedy / HF greedy: {greedy_vs_hf:.2f}x")
+    differ = [name for name in LOSSLESS if not result.identical(name)]
+    if differ:
+        print("NOT IDENTICAL to greedy:", ", ".join(differ))
+        return 1
+    print("lossless methods: identical outputs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

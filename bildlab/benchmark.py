@@ -1,0 +1,117 @@
+"""Side-by-side timing of decoders on the same pair and inputs: Hugging Face `generate` (greedy and assisted) and
+bildlab's methods, interleaved after a warm-up so that machine drift hits every method alike.
+
+Only ratios measured in one run mean anything on a shared machine; absolute times are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .decoding import _clock, generate
+
+LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
+
+
+def _hf(large, small, input_ids, max_new_tokens, eos, k, assisted):
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                  pad_token_id=large.generation_config.pad_token_id or 0)
+    if assisted:
+        kwargs.update(assistant_model=small, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                      assistant_confidence_threshold=0.0)
+    out = large.generate(input_ids, **kwargs)
+    start = 1 if large.config.is_encoder_decoder else input_ids.shape[1]
+    return out[0, start:].tolist(), {}
+
+
+def run(name: str, large, small, input_ids, *, max_new_tokens: int, eos, k: int = 4, fallback: float = 0.6,
+        rollback: float = 5.0, max_small_steps: int = 10) -> tuple[list[int], dict]:
+    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted")."""
+    if name in ("hf_greedy", "hf_assisted"):
+        return _hf(large, small, input_ids, max_new_tokens, eos, k, assisted=name == "hf_assisted")
+    out = generate(large, input_ids, small=small, method=name, max_new_tokens=max_new_tokens, eos_token_id=eos, k=k,
+                   fallback=fallback, rollback=rollback, max_small_steps=max_small_steps)
+    return out.tokens, out.stats
+
+
+@dataclass
+class Result:
+    seconds: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, list[list[int]]] = field(default_factory=dict)
+    large_calls: dict[str, int] = field(default_factory=dict)
+
+    def tokens_per_second(self, name: str) -> float:
+        return self.tokens[name] / self.seconds[name]
+
+    def ratio(self, name: str, baseline: str) -> float:
+        """Speed of `name` over `baseline` (tokens/s over tokens/s)."""
+        return self.tokens_per_second(name) / self.tokens_per_second(baseline)
+
+    def identical(self, name: str, reference: str = "hf_greedy") -> bool:
+        return self.outputs[name] == self.outputs[reference]
+
+    def table(self, baseline: str = "hf_greedy") -> list[dict]:
+        rows = []
+        for name in self.seconds:
+            calls = self.large_calls.get(name)
+            rows.append({
+                "method": name,
+                "tokens/s": round(self.tokens_per_second(name), 1),
+                f"x {baseline}": round(self.ratio(name, baseline), 2),
+                "tokens per large call": round(self.tokens[name] / calls, 2) if calls else None,
+                "same as greedy": self.identical(name) if name in LOSSLESS or name == "bild" else None,
+            })
+        return rows
+
+
+def compare(large, small, inputs: list[torch.Tensor], methods=("hf_greedy", "hf_assisted", "greedy", "speculative",
+            "bild"), *, max_new_tokens: int = 64, eos=None, warmup: int = 2, progress: bool = False,
+            **policy) -> Result:
+    """Time every method on every input, interleaved (the method order rotates per input), after `warmup` inputs
+    decoded by every method and not counted. `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+    if eos is None:
+        eos = large.generation_config.eos_token_id
+    result = Result()
+    for name in methods:
+        result.seconds[name], result.tokens[name], result.outputs[name], result.large_calls[name] = 0.0, 0, [], 0
+    for x in inputs[:warmup]:
+        for name in methods:
+            run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
+    device = inputs[0].device
+    items = enumerate(inputs)
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(items, total=len(inputs), desc="benchmark")
+    with torch.inference_mode():
+        for i, x in items:
+            order = methods[i % len(methods):] + methods[: i % len(methods)]
+            for name in order:
+                t0 = _clock(device)
+                tokens, stats = run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
+                result.seconds[name] += _clock(device) - t0
+                result.tokens[name] += len(tokens)
+                result.outputs[name].append(tokens)
+                result.large_calls[name] += stats.get("large_calls", 0)
+    for name in methods:
+        if not result.large_calls[name]:
+            del result.large_calls[name]
+    return result
+
+
+def random_pair(n_inputs: int = 64):
+    """A tiny random T5 pair (6 layers / 2 layers) and random inputs: engine overhead, no download."""
+    import transformers as tf
+
+    def t5(layers, d_model, seed):
+        torch.manual_seed(seed)
+        cfg = tf.T5Config(vocab_size=512, d_model=d_model, d_ff=4 * d_model, d_kv=64, num_heads=d_model // 64,
+                          num_layers=layers, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+        return tf.T5ForConditionalGeneration(cfg).eval()
+
+    large, small = t5(6, 256, 0), t5(2, 128, 1)
+    inputs = [torch.randint(2, 512, (1, 24), generator=torch.Generator().manual_seed(i)) for i in range(n_inputs)]
+    return large, small, inputs

@@ -1,0 +1,53 @@
+"""The `bildlab` command line.
+
+    bildlab demo        decode a few inputs with every method and print the statistics
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _demo(args) -> int:
+    import torch
+
+    from .benchmark import compare, random_pair
+    from .decoding import generate
+
+    if args.pair == "random":
+        large, small, inputs = random_pair(args.n + 1)
+    else:
+        from . import load_pair, load_task
+
+        pair = load_pair(args.pair)
+        large, small = pair.large, pair.small
+        inputs = [pair.encode(ex["source"]) for ex in load_task(args.pair, "test", limit=args.n + 1)]
+    torch.set_num_threads(args.threads)
+    x = inputs[0]
+    for method in ("greedy", "speculative", "bild"):
+        out = generate(large, x, small=small, method=method, max_new_tokens=args.max_new_tokens)
+        st = out.stats
+        print(f"{method:>12}: {len(out.tokens)} tokens, {st['large_calls']} large calls, {st['small_tokens']} from "
+              f"the small model, {st['seconds'] * 1000:.0f} ms")
+    result = compare(large, small, inputs[1 : args.n + 1], max_new_tokens=args.max_new_tokens, warmup=1)
+    for row in result.table():
+        print(row)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
+    sub = ap.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="decode a few inputs with every method and print the statistics")
+    demo.add_argument("--pair", default="random", help="'random' (a tiny random T5 pair) or a zoo pair name")
+    demo.add_argument("--n", type=int, default=8, help="inputs to time (default 8)")
+    demo.add_argument("--max-new-tokens", type=int, default=32)
+    demo.add_argument("--threads", type=int, default=1)
+    demo.set_defaults(run=_demo)
+    args = ap.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

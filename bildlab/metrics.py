@@ -1,0 +1,77 @@
+"""Corpus metrics: BLEU (sacrebleu) and ROUGE-L (rouge-score's rougeLsum).
+
+    >>> bleu(["the cat sat on the mat"], ["the cat sat on the mat"])
+    100.0
+    >>> score("rougeL", ["A cat. A dog."], ["A cat. A dog."])
+    100.0
+
+Both return a float on a 0-100 scale. One reference per hypothesis.
+"""
+
+import re
+
+METRICS = ("bleu", "rougeL")
+
+# a sentence ends at . ! or ? (maybe followed by a closing quote or bracket) and then whitespace
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
+
+
+def split_sentences(text):
+    """Split ``text`` into sentences at sentence-ending punctuation followed by whitespace.
+
+    A small regex splitter (no nltk data needed): "Dr. Smith" is split too.
+    """
+    return [s for s in _SENTENCE_BREAK.split(text.strip()) if s]
+
+
+def bleu(hypotheses, references):
+    """Corpus BLEU of sacrebleu with default settings (13a tokenizer, exp smoothing)."""
+    import sacrebleu
+
+    _check_pairs(hypotheses, references)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+
+
+_ROUGE_SCORER = None
+
+
+def rouge_l(hypotheses, references):
+    """Mean rougeLsum F-measure x 100, with the Porter stemmer.
+
+    rougeLsum treats lines as sentences, so each text is first split into
+    sentences with ``split_sentences`` and re-joined with newlines.
+    """
+    global _ROUGE_SCORER
+    _check_pairs(hypotheses, references)
+    if _ROUGE_SCORER is None:
+        from rouge_score import rouge_scorer  # slow import (nltk), only when needed
+
+        _ROUGE_SCORER = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
+    total = 0.0
+    for hyp, ref in zip(hypotheses, references):
+        scores = _ROUGE_SCORER.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))
+        total += scores["rougeLsum"].fmeasure
+    return 100.0 * total / len(hypotheses)
+
+
+def score(metric, hypotheses, references):
+    """Score with ``metric``: "bleu" or "rougeL"."""
+    if metric == "bleu":
+        return bleu(hypotheses, references)
+    if metric == "rougeL":
+        return rouge_l(hypotheses, references)
+    raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
+
+
+def _check_pairs(hypotheses, references):
+    for name, texts in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+            raise TypeError(f"{name} must be a list of str; got {type(texts).__name__}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}[{i}] must be a str; got {type(text).__name__}")
+    if len(hypotheses) != len(references):
+        raise ValueError(f"hypotheses and references must have the same length; "
+                         f"got {len(hypotheses)} hypotheses and {len(references)} references")
+    if not hypotheses:
+        raise ValueError("hypotheses and references must not be empty")

@@ -1,0 +1,89 @@
+import math
+
+import pytest
+import sacrebleu
+from rouge_score import rouge_scorer
+
+from bildlab.metrics import bleu, rouge_l, score, split_sentences
+
+
+def test_bleu_identical_is_100_and_disjoint_is_0():
+    refs = ["the cat sat on the mat .", "a dog ran in the park today ."]
+    assert bleu(refs, refs) == pytest.approx(100.0)
+    assert bleu(["zz yy xx ww vv", "qq pp oo nn mm ll"], refs) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bleu_hand_computed():
+    # precisions 5/6, 3/5, 2/4, 1/3; same lengths so no brevity penalty
+    hyp, ref = ["the cat sat on the mat"], ["the cat sat on a mat"]
+    expected = 100 * math.exp((math.log(5 / 6) + math.log(3 / 5) + math.log(2 / 4) + math.log(1 / 3)) / 4)
+    assert expected == pytest.approx(53.7285, abs=1e-3)
+    assert bleu(hyp, ref) == pytest.approx(expected, abs=1e-4)
+    assert bleu(hyp, ref) == pytest.approx(sacrebleu.corpus_bleu(hyp, [ref]).score)
+
+
+def test_bleu_is_corpus_level_not_mean_of_sentences():
+    hyps = ["the cat sat on the mat", "a b c d"]
+    refs = ["the cat sat on a mat", "a b c d"]
+    assert bleu(hyps, refs) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert isinstance(bleu(hyps, refs), float)
+
+
+def test_rouge_identical_and_disjoint():
+    refs = ["Anna Berg won the vote. Turnout was low.", "A storm hit the town."]
+    assert rouge_l(refs, refs) == pytest.approx(100.0)
+    assert rouge_l(["zebra quartz", "yellow pumpkin"], refs) == pytest.approx(0.0)
+
+
+def test_rouge_splits_sentences_for_rougelsum():
+    ref = "the cat sat. the dog ran."
+    hyp = "the dog ran. the cat sat."
+    # on one line the LCS is 3 of 6 tokens (F = 0.5); split into sentences,
+    # each reference sentence is matched in full by one hypothesis sentence
+    unsplit = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True).score(ref, hyp)
+    assert unsplit["rougeLsum"].fmeasure == pytest.approx(0.5)
+    assert rouge_l([hyp], [ref]) == pytest.approx(100.0)
+
+
+def test_rouge_averages_over_examples_and_stems():
+    refs = ["the cat sat. the dog ran.", "storms hit the towns"]
+    hyps = ["the dog ran. the cat sat.", "zebra quartz"]
+    assert rouge_l(hyps, refs) == pytest.approx(50.0)
+    assert rouge_l(["storm hitting town"], ["storms hit towns"]) == pytest.approx(100.0)
+
+
+def test_split_sentences():
+    assert split_sentences("One. Two! Three? Four") == ["One.", "Two!", "Three?", "Four"]
+    assert split_sentences('He said "no." Then left.') == ['He said "no."', "Then left."]
+    assert split_sentences("It cost 2.5 million. Done.") == ["It cost 2.5 million.", "Done."]
+    assert split_sentences("  ") == []
+
+
+def test_score_dispatch():
+    hyps, refs = ["the cat sat on the mat"], ["the cat sat on a mat"]
+    assert score("bleu", hyps, refs) == bleu(hyps, refs)
+    assert score("rougeL", hyps, refs) == rouge_l(hyps, refs)
+
+
+def test_score_unknown_metric():
+    with pytest.raises(ValueError, match="bleu, rougeL.*'meteor'"):
+        score("meteor", ["a"], ["a"])
+
+
+@pytest.mark.parametrize("fn", [bleu, rouge_l])
+def test_length_mismatch_names_both_lengths(fn):
+    with pytest.raises(ValueError, match="3 hypotheses and 2 references"):
+        fn(["a", "b", "c"], ["a", "b"])
+
+
+@pytest.mark.parametrize("metric", ["bleu", "rougeL"])
+def test_empty_lists(metric):
+    with pytest.raises(ValueError, match="must not be empty"):
+        score(metric, [], [])
+
+
+def test_type_errors_name_the_parameter():
+    with pytest.raises(TypeError, match="hypotheses must be a list of str; got str"):
+        bleu("a cat", ["a cat"])
+    with pytest.raises(TypeError, match=r"references\[1\] must be a str; got NoneType"):
+        rouge_l(["a", "b"], ["a", None])
