@@ -57,9 +57,12 @@ class _Model:
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:
             self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
-            self.cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+            # layers are added as the decoder uses them: a config-built cache takes the encoder's layer count
+            # (transformers 5.x), which breaks models with more decoder than encoder layers
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         else:
-            self.cache = DynamicCache(config=model.config)
+            self.cache = DynamicCache(config=model.config)  # knows sliding-window layers (Mistral, Qwen2, ...)
+            self.cache.activate_past_recording()  # ... and keeps the states that a crop may need
         self.seconds += _clock(input_ids.device) - t0
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:

@@ -18,7 +18,8 @@ ARCHS = ("gpt2", "llama", "t5", "bart")
 
 
 def tiny(arch: str, seed: int, layers: int = 2, vocab: int = VOCAB, scale: float = 1.0) -> tf.PreTrainedModel:
-    """A tiny random model in float32, eval mode. `scale` sharpens the output distribution (larger init)."""
+    """A tiny random model in float32, eval mode. `scale` sharpens the output distribution (larger init).
+    Encoder-decoder models get one encoder layer more than decoder layers (caches must follow the decoder)."""
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
     if arch == "gpt2":
@@ -31,7 +32,7 @@ def tiny(arch: str, seed: int, layers: int = 2, vocab: int = VOCAB, scale: float
                              **common)
         model = tf.LlamaForCausalLM(cfg)
     elif arch == "t5":
-        cfg = tf.T5Config(d_model=32, d_ff=64, num_layers=layers, num_decoder_layers=layers, num_heads=2, d_kv=16,
+        cfg = tf.T5Config(d_model=32, d_ff=64, num_layers=layers + 1, num_decoder_layers=layers, num_heads=2, d_kv=16,
                           decoder_start_token_id=0, tie_word_embeddings=False, **common)
         model = tf.T5ForConditionalGeneration(cfg)
         with torch.no_grad():  # T5's default init makes random models repeat one token; wider weights vary more
@@ -39,7 +40,7 @@ def tiny(arch: str, seed: int, layers: int = 2, vocab: int = VOCAB, scale: float
                 if p.dim() > 1:
                     p.normal_(0, 0.5 * scale)
     elif arch == "bart":
-        cfg = tf.BartConfig(d_model=32, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=2,
+        cfg = tf.BartConfig(d_model=32, encoder_layers=layers + 1, decoder_layers=layers, encoder_attention_heads=2,
                             decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
                             max_position_embeddings=256, init_std=0.1 * scale, decoder_start_token_id=EOS,
                             forced_eos_token_id=None, forced_bos_token_id=None, tie_word_embeddings=False,
