@@ -1,6 +1,7 @@
 """The `bildlab` command line.
 
     bildlab demo        decode a few inputs with every method and print the statistics
+    bildlab zoo         (re)build the toy model zoo in data/zoo and its card
 """
 
 from __future__ import annotations
@@ -36,6 +37,20 @@ def _demo(args) -> int:
     return 0
 
 
+def _zoo(args) -> int:
+    import shutil
+    from pathlib import Path
+
+    from .zoo import build
+
+    if args.force and args.out is None:
+        raise SystemExit("--force needs an explicit --out (it deletes that folder)")
+    if args.force:
+        shutil.rmtree(Path(args.out), ignore_errors=True)
+    build(args.out, args.profile, seed=args.seed, threads=args.threads)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -45,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--max-new-tokens", type=int, default=32)
     demo.add_argument("--threads", type=int, default=1)
     demo.set_defaults(run=_demo)
+    zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
+    zoo.add_argument("--out", default=None, help="output folder (default: data/zoo of this checkout)")
+    zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
+                     help="full: the shipped zoo (~45 min on 2 cores); smoke: a minutes-long miniature")
+    zoo.add_argument("--seed", type=int, default=0)
+    zoo.add_argument("--threads", type=int, default=None, help="torch CPU threads for training (default: torch's)")
+    zoo.add_argument("--force", action="store_true", help="delete the output folder first")
+    zoo.set_defaults(run=_zoo)
     args = ap.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,215 @@
+"""Training: the same functions build the toy zoo from scratch and fine-tune real checkpoints (paper profile).
+
+- `train_seq2seq`   fine-tune (or train from scratch) an encoder-decoder model on (source, target) pairs, optionally
+                    with an auxiliary early-exit loss after decoder layer `exit_layer`;
+- `train_causal_lm` the same for a decoder-only model on "prompt + target" sequences (loss on the target only);
+- `calibration_data` the large model's greedy outputs for training inputs (the paper's prediction alignment data);
+- `early_exit_model` the large model cut after an early decoder layer: a plain HF model usable as a draft.
+
+Training is resumable: with `checkpoint=path`, model, optimizer and step are saved every `save_every` steps
+(atomically) and a rerun continues from the last save with the same data order.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import torch
+from tqdm.auto import tqdm
+
+
+def encode_pairs(tokenizer, examples: list[dict], prefix: str = "", max_source: int = 256, max_target: int = 128):
+    """Token ids of (prefix + source + EOS, target + EOS) for each example."""
+    eos = tokenizer.eos_token_id
+    src = tokenizer([prefix + ex["source"] for ex in examples], add_special_tokens=False)["input_ids"]
+    tgt = tokenizer([ex["target"] for ex in examples], add_special_tokens=False)["input_ids"]
+    return [(s[: max_source - 1] + [eos], t[: max_target - 1] + [eos]) for s, t in zip(src, tgt)]
+
+
+def batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int, epochs: int = 1):
+    """Length-bucketed batches (lists of pair indices) of about `batch_tokens` padded tokens, in a seeded order."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(epochs):
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        for start in range(0, len(order), 4096):  # sort within chunks: little padding, still shuffled
+            chunk = sorted(order[start : start + 4096], key=lambda i: (len(pairs[i][0]), len(pairs[i][1])))
+            batch, longest = [], 0
+            for i in chunk:
+                longest_new = max(longest, len(pairs[i][0]) + len(pairs[i][1]))
+                if batch and longest_new * (len(batch) + 1) > batch_tokens:
+                    out.append(batch)
+                    batch, longest_new = [], len(pairs[i][0]) + len(pairs[i][1])
+                batch.append(i)
+                longest = longest_new
+            if batch:
+                out.append(batch)
+    rng.shuffle(out)
+    return out
+
+
+def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+
+def exit_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits of an early exit of a T5 decoder: the final layer norm and LM head applied to an inner hidden state,
+    exactly as `early_exit_model` computes them."""
+    hidden = model.decoder.final_layer_norm(hidden)
+    if getattr(model.config, "scale_decoder_outputs", model.config.tie_word_embeddings):
+        hidden = hidden * model.model_dim**-0.5
+    return model.lm_head(hidden)
+
+
+def early_exit_model(large, exit_layer: int):
+    """A copy of `large` (T5) that stops after decoder layer `exit_layer`: shares no tensors, loads as a plain
+    `T5ForConditionalGeneration` with `num_decoder_layers=exit_layer`."""
+    config = large.config.to_dict()
+    config["num_decoder_layers"] = exit_layer
+    config = type(large.config).from_dict(config)
+    model = type(large)(config)
+    state = {k: v for k, v in large.state_dict().items() if not _dropped(k, exit_layer)}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if [k for k in missing if "embed_tokens" not in k and "lm_head" not in k] or unexpected:
+        raise RuntimeError(f"early exit: missing {missing}, unexpected {unexpected}")
+    return model.to(large.dtype).eval()
+
+
+def _dropped(key: str, exit_layer: int) -> bool:
+    if not key.startswith("decoder.block."):
+        return False
+    return int(key.split(".")[2]) >= exit_layer
+
+
+def _lr(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+
+
+def _atomic_save(obj, path: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _loop(model, make_loss, plan: list, *, lr: float, warmup: int, seed: int, checkpoint: str | None,
+          save_every: int, desc: str, progress: bool) -> list[float]:
+    """AdamW with warm-up and cosine decay over `plan` (a list of batches); returns the loss of every step."""
+    torch.manual_seed(seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    start, losses = 0, []
+    if checkpoint and os.path.exists(checkpoint):
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start, losses = state["step"], state["losses"]
+        torch.set_rng_state(state["rng"])
+    bar = tqdm(range(start, len(plan)), desc=desc, initial=start, total=len(plan), disable=not progress,
+               mininterval=2.0)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, len(plan), lr, warmup)
+        loss = make_loss(plan[step])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if checkpoint and (step + 1) % save_every == 0 and step + 1 < len(plan):
+            _atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1,
+                          "losses": losses, "rng": torch.get_rng_state()}, checkpoint)
+    model.eval()
+    if checkpoint and os.path.exists(checkpoint):
+        os.remove(checkpoint)
+    return losses
+
+
+def train_seq2seq(model, pairs: list[tuple[list[int], list[int]]], *, pad_id: int, epochs: int = 1,
+                  batch_tokens: int = 2048, lr: float = 2e-3, warmup: int = 100, seed: int = 0,
+                  exit_layer: int | None = None, exit_weight: float = 0.5, max_steps: int | None = None,
+                  checkpoint: str | None = None, save_every: int = 200, desc: str = "train",
+                  progress: bool = True) -> list[float]:
+    """Train an encoder-decoder model with cross-entropy on `pairs` (source ids, target ids).
+
+    With `exit_layer`, the loss adds `exit_weight` times the cross-entropy of the early exit after that decoder layer
+    (see `exit_logits`), so that the first layers of the decoder make a usable draft model on their own."""
+    plan = batches(pairs, batch_tokens, seed, epochs)[:max_steps]
+
+    def loss_of(batch):
+        src = _pad([pairs[i][0] for i in batch], pad_id)
+        tgt = _pad([pairs[i][1] for i in batch], -100)
+        out = model(input_ids=src, attention_mask=src.ne(pad_id), labels=tgt,
+                    output_hidden_states=exit_layer is not None)
+        if exit_layer is None:
+            return out.loss
+        logits = exit_logits(model, out.decoder_hidden_states[exit_layer])
+        aux = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten(), ignore_index=-100)
+        return out.loss + exit_weight * aux
+
+    return _loop(model, loss_of, plan, lr=lr, warmup=warmup, seed=seed, checkpoint=checkpoint,
+                 save_every=save_every, desc=desc, progress=progress)
+
+
+def train_causal_lm(model, pairs: list[tuple[list[int], list[int]]], *, pad_id: int, epochs: int = 1,
+                    batch_tokens: int = 2048, lr: float = 2e-3, warmup: int = 100, seed: int = 0,
+                    max_steps: int | None = None, checkpoint: str | None = None, save_every: int = 200,
+                    desc: str = "train", progress: bool = True) -> list[float]:
+    """Train a decoder-only model on prompt + target sequences, with the loss on the target tokens only."""
+    plan = batches(pairs, batch_tokens, seed, epochs)[:max_steps]
+
+    def loss_of(batch):
+        ids = _pad([pairs[i][0] + pairs[i][1] for i in batch], pad_id)
+        labels = _pad([[-100] * len(pairs[i][0]) + pairs[i][1] for i in batch], -100)
+        mask = _pad([[1] * (len(pairs[i][0]) + len(pairs[i][1])) for i in batch], 0)
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    return _loop(model, loss_of, plan, lr=lr, warmup=warmup, seed=seed, checkpoint=checkpoint,
+                 save_every=save_every, desc=desc, progress=progress)
+
+
+@torch.inference_mode()
+def greedy_batch(model, sources: list[list[int]], *, pad_id: int, max_new_tokens: int,
+                 batch_size: int = 64, desc: str = "decode", progress: bool = True) -> list[list[int]]:
+    """Greedy outputs for many sources (encoder-decoder) or prompts (decoder-only), by batched HF `generate`: for
+    data and metrics, not for timing. Outputs end at EOS (included) or at `max_new_tokens`."""
+    model.eval()
+    eos = model.generation_config.eos_token_id
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[int]] = [[] for _ in sources]
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, mininterval=2.0):
+        idx = order[start : start + batch_size]
+        rows = [sources[i] for i in idx]
+        if model.config.is_encoder_decoder:
+            src = _pad(rows, pad_id)
+            mask, skip = src.ne(pad_id), 1
+        else:  # decoder-only: pad on the left, keep only what follows the prompt
+            width = max(len(r) for r in rows)
+            src = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+            skip = width
+        gen = model.generate(input_ids=src, attention_mask=mask, do_sample=False,
+                             max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos)
+        for row, i in zip(gen[:, skip:].tolist(), idx):
+            out[i] = row[: row.index(eos) + 1] if eos in row else [t for t in row if t != pad_id]
+    return out
+
+
+def calibration_data(large, pairs: list[tuple[list[int], list[int]]], *, pad_id: int, max_new_tokens: int,
+                     batch_size: int = 64, progress: bool = True) -> list[tuple[list[int], list[int]]]:
+    """Prediction alignment data: each training source paired with the large model's greedy output for it."""
+    outputs = greedy_batch(large, [s for s, _ in pairs], pad_id=pad_id, max_new_tokens=max_new_tokens,
+                           batch_size=batch_size, desc="calibration data", progress=progress)
+    return [(s, o) for (s, _), o in zip(pairs, outputs) if o]

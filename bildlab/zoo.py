@@ -1,0 +1,374 @@
+"""The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small, prediction-aligned small)
+and a decoder-only Llama pair, trained from scratch on the synthetic tasks and measured for the card.
+
+    bildlab zoo                     # rebuild data/zoo (under an hour on 2 CPU cores), resumable
+    bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
+
+Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when its output is
+already there, so an interrupted build resumes; training itself also checkpoints every few hundred steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import metrics, tasks, train
+from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
+
+VOCAB = 4096
+SPECIAL = ["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"]  # ids 0..5: pad, eos, unk, sep, task prefixes
+PREFIX = {"toy-mt": "<mt> ", "toy-sum": "<sum> "}
+MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
+
+# Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large / small cost
+# ratio (about 5x here, like the paper's GPU pairs) and width sets quality; 8 + 8 layers keep HF `generate` happy
+# (transformers 5.x sizes the T5 cache by the encoder's layer count).
+ARCHS = {
+    "t5-large": dict(arch="t5", d_model=160, d_ff=640, num_heads=4, d_kv=40, num_layers=8, num_decoder_layers=8),
+    "t5-small": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1),
+    "llama-large": dict(arch="llama", hidden_size=160, intermediate_size=448, num_hidden_layers=8,
+                        num_attention_heads=4, num_key_value_heads=4),
+    "llama-small": dict(arch="llama", hidden_size=128, intermediate_size=384, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=4),
+}
+
+# how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
+PROFILES = {
+    "full": dict(mt=50000, sum=13000, calib_mt=12000, calib_sum=4000, llama_mt=50000, eval=1000, latency=20,
+                 lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=2400),
+    "smoke": dict(mt=600, sum=200, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3,
+                  lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=1200),
+}
+
+
+def build_tokenizer(out: Path, profile: dict):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    def texts():
+        for ex in tasks.load_task("toy-mt", "train")[: profile["mt"]]:
+            yield ex["source"]
+            yield ex["target"]
+        for ex in tasks.load_task("toy-sum", "train")[: profile["sum"]]:
+            yield ex["source"]
+            yield ex["target"]
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(texts(), trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   sep_token="<sep>", additional_special_tokens=["<mt>", "<sum>"])
+    with _staged(out) as tmp:
+        fast.save_pretrained(tmp)
+    return fast
+
+
+def new_model(name: str, vocab: int):
+    """A freshly initialised model of the zoo architecture `name`."""
+    import transformers as tf
+
+    spec = dict(ARCHS[name])
+    arch = spec.pop("arch")
+    common = dict(vocab_size=vocab, pad_token_id=0, eos_token_id=1)
+    if arch == "t5":
+        config = tf.T5Config(decoder_start_token_id=0, dropout_rate=0.0, **common, **spec)
+        return tf.T5ForConditionalGeneration(config)
+    config = tf.LlamaConfig(max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=None, **common, **spec)
+    return tf.LlamaForCausalLM(config)
+
+
+def _staged(out: Path):
+    """Write into a temporary folder, rename it to `out` only when complete."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+
+    return ctx()
+
+
+def _save(model, out: Path):
+    with _staged(out) as tmp:
+        model.to(torch.float16).save_pretrained(tmp)
+    model.to(torch.float32)
+
+
+def _load(path: Path):
+    from .models import _load_model
+
+    return _load_model(path, torch.float32)
+
+
+def _seq2seq_data(tokenizer, profile: dict, split: str = "train", n_mt: str = "mt", n_sum: str = "sum"):
+    data = []
+    for task, key in (("toy-mt", n_mt), ("toy-sum", n_sum)):
+        examples = tasks.load_task(task, split)[: profile[key]]
+        data += train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
+    return data
+
+
+def _llama_data(tokenizer, examples: list[dict]):
+    pairs = train.encode_pairs(tokenizer, examples, PREFIX["toy-mt"], max_target=MAX_NEW["toy-mt"])
+    sep = tokenizer.sep_token_id
+    return [(s[:-1] + [sep], t) for s, t in pairs]  # prompt: prefix + source + <sep>; then target + EOS
+
+
+def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, progress: bool = True,
+          threads: int | None = None) -> dict:
+    """Build (or resume building) the zoo in `out` and write its card. Returns the card."""
+    out = Path(out or zoo_dir())
+    profile = PROFILES[profile_name]
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(os.environ.get("BILDLAB_CACHE") or Path.home() / ".cache" / "bildlab") / "zoo-work" / profile_name
+    work.mkdir(parents=True, exist_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    log = _load_json(out / "train-log.json") or {}
+    command = f"bildlab zoo --profile {profile_name} --seed {seed} --out {out}"
+    t_start = time.time()
+
+    def stage(name: str, fn):
+        if (out / name).exists():
+            return
+        t0 = time.time()
+        info = fn()
+        info["seconds"] = round(time.time() - t0, 1)
+        info["command"] = command
+        log[name] = info
+        _dump_json(log, out / "train-log.json")
+        print(f"[zoo] {name}: {info['seconds']} s", file=sys.stderr)
+
+    from .models import _load_tokenizer
+
+    if not (out / "tokenizer").exists():
+        build_tokenizer(out / "tokenizer", profile)
+    tokenizer = _load_tokenizer(out / "tokenizer")
+    vocab = len(tokenizer)
+    data = _seq2seq_data(tokenizer, profile)
+
+    def fit(name, model, pairs, lr, stage_seed, **kw):
+        torch.manual_seed(stage_seed)
+        fn = train.train_causal_lm if name.startswith("llama") else train.train_seq2seq
+        losses = fn(model, pairs, pad_id=0, lr=lr, seed=stage_seed, batch_tokens=profile["batch_tokens"],
+                    checkpoint=str(work / f"{name}.pt"), desc=name, progress=progress, **kw)
+        _save(model, out / name)
+        return {"steps": len(losses), "examples": len(pairs), "seed": stage_seed, "lr": lr,
+                "loss_first": round(sum(losses[:20]) / len(losses[:20]), 3),
+                "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3), **kw}
+
+    def large():
+        torch.manual_seed(seed + 1)
+        return fit("t5-large", new_model("t5-large", vocab), data, profile["lr_large"], seed + 1,
+                   exit_layer=EXIT_LAYER, exit_weight=0.5)
+
+    def small():
+        torch.manual_seed(seed + 2)
+        return fit("t5-small", new_model("t5-small", vocab), data, profile["lr_small"], seed + 2)
+
+    def aligned():
+        calib_path = work / "calibration.json"
+        calib = _load_json(calib_path)
+        if calib is None:
+            big = _load(out / "t5-large")
+            calib = []
+            for task, key in (("toy-mt", "calib_mt"), ("toy-sum", "calib_sum")):
+                # fresh training inputs, after those the models were trained on
+                examples = tasks.load_task(task, "train")[-profile[key]:]
+                pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
+                calib += train.calibration_data(big, pairs, pad_id=0, max_new_tokens=MAX_NEW[task],
+                                                progress=progress)
+            _dump_json(calib, calib_path)
+        model = _load(out / "t5-small")
+        info = fit("t5-small-aligned", model, [tuple(p) for p in calib], profile["lr_align"], seed + 3, warmup=20)
+        info["init"] = "t5-small"
+        return info
+
+    def llama(name, stage_seed):
+        def run():
+            examples = tasks.load_task("toy-mt", "train")[: profile["llama_mt"]]
+            torch.manual_seed(stage_seed)
+            lr = profile["lr_large"] if name == "llama-large" else profile["lr_small"]
+            return fit(name, new_model(name, vocab), _llama_data(tokenizer, examples), lr, stage_seed)
+
+        return run
+
+    stage("t5-large", large)
+    stage("t5-small", small)
+    stage("t5-small-aligned", aligned)
+    stage("llama-large", llama("llama-large", seed + 4))
+    stage("llama-small", llama("llama-small", seed + 5))
+    card = write_card(out, tokenizer, profile, log)
+    print(f"[zoo] built in {time.time() - t_start:.0f} s: {out}", file=sys.stderr)
+    return card
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The card: what each model is and how well it does
+
+
+def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0) -> float:
+    """Share of positions where the small model's argmax equals the large model's greedy token, teacher-forced on
+    the large model's outputs."""
+    same = total = 0
+    with torch.inference_mode():
+        for start in range(0, len(sources), 64):
+            src, out = sources[start : start + 64], outputs[start : start + 64]
+            if small.config.is_encoder_decoder:
+                enc = train._pad(src, pad_id)
+                dec = train._pad([[0] + o[:-1] for o in out], pad_id)
+                logits = small(input_ids=enc, attention_mask=enc.ne(pad_id), decoder_input_ids=dec).logits
+                target = train._pad(out, -100)
+            else:
+                ids = train._pad([s + o for s, o in zip(src, out)], pad_id)
+                mask = train._pad([[1] * (len(s) + len(o)) for s, o in zip(src, out)], 0)
+                logits = small(input_ids=ids, attention_mask=mask).logits[:, :-1]
+                target = train._pad([[-100] * (len(s) - 1) + o for s, o in zip(src, out)], -100)
+                logits = logits[:, : target.shape[1]]
+            pred = logits.argmax(-1)
+            valid = target.ne(-100)
+            same += (pred.eq(target) & valid).sum().item()
+            total += valid.sum().item()
+    return same / max(total, 1)
+
+
+def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
+    """Per-token greedy latency in ms at batch 1 (bildlab's greedy loop), models interleaved, after a warm-up."""
+    from .decoding import generate
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seconds = {name: 0.0 for name in models}
+    tokens = {name: 0 for name in models}
+    for name, (model, prompts) in models.items():
+        generate(model, prompts[0], max_new_tokens=8, eos_token_id=[])
+    for i in range(n):
+        for name, (model, prompts) in models.items():
+            out = generate(model, prompts[i], max_new_tokens=max_new_tokens, eos_token_id=[])
+            seconds[name] += out.stats["seconds"]
+            tokens[name] += len(out.tokens)
+    torch.set_num_threads(threads)
+    return {name: round(1000 * seconds[name] / tokens[name], 3) for name in models}
+
+
+def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
+    from .models import _load_model
+
+    t5 = {name: _load(out / name) for name in ("t5-large", "t5-small", "t5-small-aligned")}
+    t5["t5-early-exit"] = _load_model(out / "t5-large", torch.float32, num_decoder_layers=EXIT_LAYER)
+    llama = {name: _load(out / name) for name in ("llama-large", "llama-small")}
+    results: dict = {"toy-mt": {}, "toy-sum": {}, "toy-mt-llama": {}}
+    for task in ("toy-mt", "toy-sum"):
+        examples = tasks.load_task(task, "test")[: profile["eval"]]
+        pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
+        sources, refs = [s for s, _ in pairs], [ex["target"] for ex in examples]
+        outputs = {}
+        for name, model in t5.items():
+            outputs[name] = train.greedy_batch(model, sources, pad_id=0, max_new_tokens=MAX_NEW[task],
+                                               desc=f"{task} {name}")
+            hyps = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs[name]]
+            results[task][name] = {tasks.task_metric(task): round(metrics.score(tasks.task_metric(task), hyps,
+                                                                                refs), 2)}
+        for name in ("t5-small", "t5-small-aligned", "t5-early-exit"):
+            results[task][name]["agreement"] = round(_agreement(t5["t5-large"], t5[name], sources,
+                                                                outputs["t5-large"]), 4)
+    examples = tasks.load_task("toy-mt", "test")[: profile["eval"]]
+    prompts = [s for s, _ in _llama_data(tokenizer, examples)]
+    refs = [ex["target"] for ex in examples]
+    outputs = {}
+    for name, model in llama.items():
+        outputs[name] = train.greedy_batch(model, prompts, pad_id=0, max_new_tokens=MAX_NEW["toy-mt"],
+                                           desc=f"toy-mt {name}")
+        hyps = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs[name]]
+        results["toy-mt-llama"][name] = {"bleu": round(metrics.bleu(hyps, refs), 2)}
+    results["toy-mt-llama"]["llama-small"]["agreement"] = round(
+        _agreement(llama["llama-large"], llama["llama-small"], prompts, outputs["llama-large"]), 4)
+
+    n = profile["latency"]
+    mt_inputs = [torch.tensor([s]) for s, _ in
+                 train.encode_pairs(tokenizer, tasks.load_task("toy-mt", "test")[:n], PREFIX["toy-mt"])]
+    llama_inputs = [torch.tensor([p]) for p in prompts[:n]]
+    latency = _latency({**{name: (m, mt_inputs) for name, m in t5.items() if name != "t5-small-aligned"},
+                        **{name: (m, llama_inputs) for name, m in llama.items()}}, n)
+    card = {
+        "tokenizer": {"type": "BPE (tokenizers), Metaspace", "vocab_size": len(tokenizer), "special": SPECIAL},
+        "pairs": {name: {"large": v[0], "small": v[1], "aligned": v[2], "prefix": v[3], "task": v[4]}
+                  for name, v in TOY_PAIRS.items()},
+        "early_exit": {"model": "t5-large", "exit_after_decoder_layer": EXIT_LAYER,
+                       "load": "load_pair(name, early_exit=True)"},
+        "models": {},
+        "test": results,
+        "latency_ms_per_token": latency,
+        "latency_ratio": {
+            "t5-large / t5-small": round(latency["t5-large"] / latency["t5-small"], 2),
+            "t5-large / t5-early-exit": round(latency["t5-large"] / latency["t5-early-exit"], 2),
+            "llama-large / llama-small": round(latency["llama-large"] / latency["llama-small"], 2),
+        },
+        "test_examples": profile["eval"],
+    }
+    for name in ("t5-large", "t5-small", "t5-small-aligned", "llama-large", "llama-small"):
+        model = t5.get(name) or llama[name]
+        card["models"][name] = {
+            "architecture": type(model).__name__,
+            "config": {k: v for k, v in ARCHS["t5-small" if name == "t5-small-aligned" else name].items()},
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "file_bytes": (out / name / "model.safetensors").stat().st_size,
+            "training": log.get(name, {}),
+        }
+    _dump_json(card, out / "card.json")
+    (out / "card.md").write_text(card_markdown(card))
+    return card
+
+
+def card_markdown(card: dict) -> str:
+    lines = ["# bildlab toy zoo", "", "Generated by `bildlab zoo` (do not edit by hand).", "", "## Models", "",
+             "| model | architecture | parameters | file (MB) | steps | examples | seed | training seconds |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, m in card["models"].items():
+        t = m["training"]
+        lines.append(f"| {name} | {m['architecture']} {m['config']} | {m['parameters']:,} | "
+                     f"{m['file_bytes'] / 1e6:.1f} | {t.get('steps')} | {t.get('examples')} | {t.get('seed')} | "
+                     f"{t.get('seconds')} |")
+    lines += ["", f"Training command: `{next(iter(card['models'].values()))['training'].get('command')}`", "",
+              f"## Test metrics (first {card['test_examples']} test examples, batched greedy)", "",
+              "| pair | model | metric | agreement with large (teacher-forced) |", "|---|---|---|---|"]
+    for pair, models in card["test"].items():
+        for name, r in models.items():
+            metric = ", ".join(f"{k} {v}" for k, v in r.items() if k != "agreement")
+            lines.append(f"| {pair} | {name} | {metric} | {r.get('agreement', '')} |")
+    lines += ["", "## Per-token latency at batch 1 (bildlab greedy, 1 CPU thread)", "",
+              "| model | ms/token |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in card["latency_ms_per_token"].items()]
+    lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in card["latency_ratio"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _dump_json(obj, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
