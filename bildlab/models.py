@@ -21,9 +21,9 @@ REBUILD = "bildlab zoo"  # the command that rebuilds the toy zoo
 
 # toy pairs: name -> (large, small, aligned small, task prefix, task)
 TOY_PAIRS = {
-    "toy-mt": ("t5-large", "t5-small", "t5-small-aligned", "<mt>", "toy-mt"),
-    "toy-sum": ("t5-large", "t5-small", "t5-small-aligned", "<sum>", "toy-sum"),
-    "toy-mt-llama": ("llama-large", "llama-small", None, "<mt>", "toy-mt"),
+    "toy-mt": ("t5-large", "t5-small", "t5-small-aligned", "<mt> ", "toy-mt"),
+    "toy-sum": ("t5-large", "t5-small", "t5-small-aligned", "<sum> ", "toy-sum"),
+    "toy-mt-llama": ("llama-large", "llama-small", None, "<mt> ", "toy-mt"),
 }
 EXIT_LAYER = 2  # the toy large model's early exit: after this many decoder layers
 

@@ -203,7 +203,7 @@ def greedy_batch(model, sources: list[list[int]], *, pad_id: int, max_new_tokens
         gen = model.generate(input_ids=src, attention_mask=mask, do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos)
         for row, i in zip(gen[:, skip:].tolist(), idx):
-            out[i] = row[: row.index(eos) + 1] if eos in row else [t for t in row if t != pad_id]
+            out[i] = row[: row.index(eos) + 1] if eos in row else row  # padding only follows an EOS
     return out
 
 

@@ -24,7 +24,7 @@ from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
 VOCAB = 4096
 SPECIAL = ["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"]  # ids 0..5: pad, eos, unk, sep, task prefixes
-PREFIX = {"toy-mt": "<mt> ", "toy-sum": "<sum> "}
+PREFIX = {task: prefix for _, _, _, prefix, task in TOY_PAIRS.values()}  # "<mt> ", "<sum> "
 MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 
 # Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large / small cost
@@ -41,7 +41,7 @@ ARCHS = {
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
 PROFILES = {
-    "full": dict(mt=50000, sum=13000, calib_mt=12000, calib_sum=4000, llama_mt=50000, eval=1000, latency=20,
+    "full": dict(mt=40000, sum=10000, calib_mt=10000, calib_sum=3000, llama_mt=40000, eval=1000, latency=20,
                  lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=2400),
     "smoke": dict(mt=600, sum=200, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3,
                   lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=1200),

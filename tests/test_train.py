@@ -1,0 +1,195 @@
+"""Training code (used for the toy zoo and on real checkpoints): loss falls, early exit, calibration data, resume,
+and model loading with its errors. Tiny configs only: the zoo itself is never retrained here."""
+
+import json
+
+import pytest
+import torch
+import transformers as tf
+from conftest import tiny
+
+import bildlab
+from bildlab import models, train
+
+
+def toy_pairs(n=48, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(n):
+        src = torch.randint(6, 40, (int(torch.randint(4, 9, (1,), generator=g)),), generator=g).tolist()
+        pairs.append((src + [1], [t + 2 for t in src[::-1]][:6] + [1]))  # reverse and shift: a learnable map
+    return pairs
+
+
+def test_seq2seq_training_loss_falls_with_early_exit():
+    model = tiny("t5", seed=0, layers=3, vocab=48, scale=0.2).train()
+    losses = train.train_seq2seq(model, toy_pairs(), pad_id=0, epochs=20, batch_tokens=200, lr=1e-2, warmup=5,
+                                 exit_layer=1, progress=False)
+    assert len(losses) >= 30
+    assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
+
+
+def test_causal_lm_training_loss_falls():
+    model = tiny("llama", seed=0, layers=2, vocab=48, scale=0.1).train()
+    pairs = [(s[:-1] + [3], t) for s, t in toy_pairs()]
+    losses = train.train_causal_lm(model, pairs, pad_id=0, epochs=12, batch_tokens=200, lr=3e-3, warmup=5,
+                                   progress=False)
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def test_early_exit_model_computes_the_exit_logits():
+    large = tiny("t5", seed=1, layers=3)
+    src = torch.tensor([[5, 9, 13, 1]])
+    dec = torch.tensor([[0, 7, 8, 21]])
+    with torch.no_grad():
+        hidden = large(input_ids=src, decoder_input_ids=dec, output_hidden_states=True).decoder_hidden_states
+        for layer in (1, 2):
+            exit_model = train.early_exit_model(large, layer)
+            assert exit_model.config.num_decoder_layers == layer
+            torch.testing.assert_close(exit_model(input_ids=src, decoder_input_ids=dec).logits,
+                                       train.exit_logits(large, hidden[layer]))
+        full = train.early_exit_model(large, 3)  # an exit after the last layer is the model itself
+        torch.testing.assert_close(full(input_ids=src, decoder_input_ids=dec).logits,
+                                   large(input_ids=src, decoder_input_ids=dec).logits)
+
+
+def test_calibration_data_is_the_large_models_greedy_output():
+    large = tiny("t5", seed=2, layers=2)
+    large.generation_config.eos_token_id = 1
+    pairs = toy_pairs(12, seed=3)
+    calib = train.calibration_data(large, pairs, pad_id=0, max_new_tokens=10, batch_size=4, progress=False)
+    assert [s for s, _ in calib] == [s for s, _ in pairs]
+    for src, out in calib:
+        ref = bildlab.generate(large, torch.tensor([src]), max_new_tokens=10, eos_token_id=1).tokens
+        assert out == ref
+
+
+def test_training_resumes_where_it_stopped(tmp_path):
+    def fresh():
+        return tiny("t5", seed=4, layers=2, scale=0.2).train()
+
+    pairs = toy_pairs(40)
+    kwargs = dict(pad_id=0, epochs=3, batch_tokens=120, lr=2e-3, warmup=3, progress=False)
+    reference = fresh()
+    ref_losses = train.train_seq2seq(reference, pairs, **kwargs)
+
+    interrupted = fresh()
+    ckpt = str(tmp_path / "run.pt")
+    calls = {"n": 0}
+    original = interrupted.forward
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return original(*a, **kw)
+
+    interrupted.forward = flaky
+    with pytest.raises(KeyboardInterrupt):
+        train.train_seq2seq(interrupted, pairs, checkpoint=ckpt, save_every=5, **kwargs)
+    interrupted.forward = original
+    assert (tmp_path / "run.pt").exists() and not list(tmp_path.glob("*.tmp-*"))
+    resumed = fresh()  # a new process would start from scratch weights: the checkpoint restores them
+    losses = train.train_seq2seq(resumed, pairs, checkpoint=ckpt, save_every=5, **kwargs)
+    assert len(losses) == len(ref_losses)
+    torch.testing.assert_close(losses, ref_losses)
+    for (k, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert not (tmp_path / "run.pt").exists()  # a finished run leaves no checkpoint behind
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# load_pair
+
+
+def test_load_pair_rejects_unknown_names_and_bad_combinations():
+    with pytest.raises(ValueError, match="unknown pair 'toy-xx'; known pairs: toy-mt, toy-sum"):
+        models.load_pair("toy-xx")
+    with pytest.raises(ValueError, match="no aligned small model"):
+        models.load_pair("toy-mt-llama", aligned=True)
+    with pytest.raises(ValueError, match="no early exit"):
+        models.load_pair("toy-mt-llama", early_exit=True)
+    with pytest.raises(ValueError, match="exclusive"):
+        models.load_pair("toy-mt", aligned=True, early_exit=True)
+
+
+def _tiny_tokenizer(path):
+    from tokenizers import Tokenizer, models as tm, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"] +
+                                        [f"w{i}" for i in range(42)])}
+    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = tf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                      sep_token="<sep>", additional_special_tokens=["<mt>", "<sum>"])
+    fast.save_pretrained(path)
+    return fast
+
+
+@pytest.fixture
+def fake_zoo(tmp_path, monkeypatch):
+    """A zoo folder laid out like data/zoo, with tiny models."""
+    _tiny_tokenizer(tmp_path / "tokenizer")
+    large = tiny("t5", seed=1, layers=3)
+    large.save_pretrained(tmp_path / "t5-large")
+    tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "t5-small")
+    tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "t5-small-aligned")
+    monkeypatch.setenv(models.ZOO_ENV, str(tmp_path))
+    return tmp_path, large
+
+
+def test_load_pair_reads_a_zoo_folder(fake_zoo, monkeypatch):
+    root, large = fake_zoo
+    monkeypatch.setattr(models, "EXIT_LAYER", 2)
+    pair = models.load_pair("toy-mt")
+    x = pair.encode("w3 w4 w5")
+    assert x.tolist() == [[4, 9, 10, 11, 1]]  # "<mt> " prefix, the words, EOS
+    ref = bildlab.generate(large, x, max_new_tokens=6).tokens
+    assert bildlab.generate(pair.large, x, small=pair.small, method="speculative", max_new_tokens=6).tokens == ref
+    exit_pair = models.load_pair("toy-sum", early_exit=True)
+    assert exit_pair.small.config.num_decoder_layers == 2 and exit_pair.prefix == "<sum> "
+    torch.testing.assert_close(exit_pair.small.decoder.block[1].layer[0].SelfAttention.q.weight,
+                               large.decoder.block[1].layer[0].SelfAttention.q.weight)
+    assert models.load_pair("toy-mt", aligned=True).small is not None
+
+
+def test_missing_or_corrupt_checkpoints_say_how_to_rebuild(fake_zoo):
+    root, _ = fake_zoo
+    (root / "t5-small-aligned" / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(RuntimeError) as info:
+        models.load_pair("toy-mt", aligned=True)
+    assert str(root / "t5-small-aligned") in str(info.value) and "bildlab zoo" in str(info.value)
+    (root / "t5-small" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as info:
+        models.load_pair("toy-mt")
+    assert str(root / "t5-small") in str(info.value) and "bildlab zoo" in str(info.value)
+    (root / "tokenizer" / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match="tokenizer missing"):
+        models.load_pair("toy-sum")
+
+
+def test_incomplete_checkpoint_is_an_error_not_random_weights(fake_zoo):
+    root, _ = fake_zoo
+    from safetensors.torch import load_file, save_file
+
+    path = root / "t5-small" / "model.safetensors"
+    state = load_file(path)
+    state.pop(next(k for k in state if "decoder.block.0" in k))
+    save_file(state, path)
+    with pytest.raises(RuntimeError, match="incomplete"):
+        models.load_pair("toy-mt")
+
+
+def test_paper_pairs_load_through_the_hub_api(tmp_path, monkeypatch):
+    """The paper loader against local stand-ins (the hub is not reachable here)."""
+    _tiny_tokenizer(tmp_path / "large")
+    tiny("t5", seed=1, layers=2).save_pretrained(tmp_path / "large")
+    tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "small")
+    tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "aligned")
+    monkeypatch.setitem(models.PAPER_PAIRS, "xsum", tuple(str(tmp_path / n) for n in ("large", "small", "aligned")))
+    pair = models.load_pair("xsum", aligned=True)
+    assert pair.task == "xsum" and pair.prefix == ""
+    assert pair.small.config.num_decoder_layers == 1
+    assert json.loads((tmp_path / "aligned" / "config.json").read_text())["num_decoder_layers"] == 1
+    with pytest.raises(ValueError, match="only available for the toy pairs"):
+        models.load_pair("xsum", early_exit=True)
