@@ -258,9 +258,9 @@ def generate(
                  rollbacks=0)
     pos = P  # committed length of `seq`
     first = method == "bild"  # BiLD: the first decoder step is the large model's
+    t0 = _clock(device)
     while pos < end:
         # ---- draft: the small model writes seq[pos : pos + m]
-        t0 = _clock(device)
         m, q_rows = 0, []
         while drafter is not None and not first and pos + m < end and not stop(m, None):
             logits = drafter.logits(seq, pos + m, 1)[-1]
@@ -271,12 +271,14 @@ def generate(
             else:
                 token = logits.argmax()
             if needs_confidence:  # BiLD: a low-confidence token is discarded and the large model takes over
-                if stop(m, logits.softmax(-1)[token].item()):
+                # confidence and token id in one transfer (ids are exact in float32)
+                confidence, token_id = torch.stack([logits.softmax(-1)[token], token.float()]).tolist()
+                if stop(m, confidence):
                     stats["fallbacks"] += 1
                     break
             seq[0, pos + m] = token
             m += 1
-            if needs_confidence and token.item() in eos:
+            if needs_confidence and int(token_id) in eos:
                 break  # a confident EOS ends the draft; the large model still checks it
         first = False
         t1 = _clock(device)
@@ -305,7 +307,8 @@ def generate(
         if drafter is not None:
             drafter.crop(pos + n)
         pos += len(new)
-        large.seconds += _clock(device) - t1
+        t0 = _clock(device)  # the end of this verification is the start of the next draft
+        large.seconds += t0 - t1
         if cut is not None:
             break
 
@@ -346,10 +349,26 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-           temperature, top_k, top_p, seed) -> torch.Tensor:
+def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: float = 0.6, rollback: float = 5.0,
+                 max_small_steps: int = 10) -> None:
+    """Validate a decoding method and its policy without any model (the harness checks sweeps up front)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
+    if not _is_int(k) or k < 1:
+        raise ValueError(f"k (the maximum draft length) must be an integer >= 1; got {k!r}")
+    if not _is_int(max_small_steps) or max_small_steps < 1:
+        raise ValueError(f"max_small_steps must be an integer >= 1; got {max_small_steps!r}")
+    if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0.0 <= fallback <= 1.0:
+        raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
+    if isinstance(rollback, bool) or not isinstance(rollback, (int, float)) or math.isnan(rollback) or rollback < 0:
+        raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
+
+
+def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
+           temperature, top_k, top_p, seed) -> torch.Tensor:
+    check_policy(method, max_new_tokens, k, fallback, rollback, max_small_steps)
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -363,16 +382,6 @@ def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollbac
     if input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: batch size {input_ids.shape[0]} is not supported by method {method!r}; "
                          "bildlab decodes at batch size 1 (the papers' setting): call generate once per input")
-    if not _is_int(max_new_tokens) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
-    if not _is_int(k) or k < 1:
-        raise ValueError(f"k (the maximum draft length) must be an integer >= 1; got {k!r}")
-    if not _is_int(max_small_steps) or max_small_steps < 1:
-        raise ValueError(f"max_small_steps must be an integer >= 1; got {max_small_steps!r}")
-    if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0.0 <= fallback <= 1.0:
-        raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
-    if isinstance(rollback, bool) or not isinstance(rollback, (int, float)) or math.isnan(rollback) or rollback < 0:
-        raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
     if not isinstance(do_sample, bool):
         raise TypeError(f"do_sample must be True or False; got {do_sample!r}")
     if method == "greedy" and do_sample:
