@@ -26,6 +26,8 @@ import random
 import string
 import zlib
 
+from .atomic import atomic_path
+
 VERSION = 1
 SPLITS = ("train", "validation", "test")
 TOY_TASKS = ("toy-mt", "toy-sum")
@@ -129,18 +131,11 @@ def _read_jsonl(path, expected_len):
 
 
 def _write_jsonl_atomic(path, examples):
-    """Write examples as JSONL via a temp file in the same folder + os.replace."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    """Write examples as JSONL, whole or not at all."""
+    with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             for e in examples:
                 f.write(json.dumps(e, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------

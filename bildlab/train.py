@@ -19,6 +19,8 @@ import random
 import torch
 from tqdm.auto import tqdm
 
+from .atomic import atomic_path
+
 
 def encode_pairs(tokenizer, examples: list[dict], prefix: str = "", max_source: int = 256, max_target: int = 128):
     """Token ids of (prefix + source + EOS, target + EOS) for each example."""
@@ -92,14 +94,8 @@ def _lr(step: int, steps: int, peak: float, warmup: int) -> float:
 
 
 def _atomic_save(obj, path: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def _loop(model, make_loss, plan: list, *, lr: float, warmup: int, seed: int, checkpoint: str | None,

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import metrics, tasks, train
+from .atomic import atomic_path
 from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
 VOCAB = 4096
@@ -42,9 +43,9 @@ ARCHS = {
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
 PROFILES = {
     "full": dict(mt=40000, sum=10000, calib_mt=10000, calib_sum=3000, llama_mt=40000, eval=1000, latency=20,
-                 lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=2400),
+                 lr_large=3e-3, lr_small=4e-3, lr_align=1e-3, batch_tokens=1600),
     "smoke": dict(mt=600, sum=200, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3,
-                  lr_large=1.5e-3, lr_small=3e-3, lr_align=1e-3, batch_tokens=1200),
+                  lr_large=3e-3, lr_small=4e-3, lr_align=1e-3, batch_tokens=1200),
 }
 
 
@@ -368,7 +369,5 @@ def _load_json(path: Path):
 
 
 def _dump_json(obj, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=1))

@@ -79,3 +79,30 @@ def models():
         zoo[arch] = (large, {"random": tiny(arch, seed=50 + i, layers=1), "perturbed": perturbed(large, 0.05, i),
                              "self": large})
     return zoo
+
+
+def tiny_tokenizer(path):
+    from tokenizers import Tokenizer, models as tm, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"] +
+                                        [f"w{i}" for i in range(42)])}
+    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = tf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                      sep_token="<sep>", additional_special_tokens=["<mt>", "<sum>"])
+    fast.save_pretrained(path)
+    return fast
+
+
+@pytest.fixture
+def fake_zoo(tmp_path, monkeypatch):
+    """A zoo folder laid out like data/zoo, with tiny models."""
+    tiny_tokenizer(tmp_path / "tokenizer")
+    large = tiny("t5", seed=1, layers=3)
+    large.save_pretrained(tmp_path / "t5-large")
+    tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "t5-small")
+    tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "t5-small-aligned")
+    from bildlab import models
+
+    monkeypatch.setenv(models.ZOO_ENV, str(tmp_path))
+    return tmp_path, large

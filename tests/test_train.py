@@ -5,8 +5,7 @@ import json
 
 import pytest
 import torch
-import transformers as tf
-from conftest import tiny
+from conftest import tiny, tiny_tokenizer
 
 import bildlab
 from bildlab import models, train
@@ -113,31 +112,6 @@ def test_load_pair_rejects_unknown_names_and_bad_combinations():
         models.load_pair("toy-mt", aligned=True, early_exit=True)
 
 
-def _tiny_tokenizer(path):
-    from tokenizers import Tokenizer, models as tm, pre_tokenizers
-
-    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"] +
-                                        [f"w{i}" for i in range(42)])}
-    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = tf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                      sep_token="<sep>", additional_special_tokens=["<mt>", "<sum>"])
-    fast.save_pretrained(path)
-    return fast
-
-
-@pytest.fixture
-def fake_zoo(tmp_path, monkeypatch):
-    """A zoo folder laid out like data/zoo, with tiny models."""
-    _tiny_tokenizer(tmp_path / "tokenizer")
-    large = tiny("t5", seed=1, layers=3)
-    large.save_pretrained(tmp_path / "t5-large")
-    tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "t5-small")
-    tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "t5-small-aligned")
-    monkeypatch.setenv(models.ZOO_ENV, str(tmp_path))
-    return tmp_path, large
-
-
 def test_load_pair_reads_a_zoo_folder(fake_zoo, monkeypatch):
     root, large = fake_zoo
     monkeypatch.setattr(models, "EXIT_LAYER", 2)
@@ -182,7 +156,7 @@ def test_incomplete_checkpoint_is_an_error_not_random_weights(fake_zoo):
 
 def test_paper_pairs_load_through_the_hub_api(tmp_path, monkeypatch):
     """The paper loader against local stand-ins (the hub is not reachable here)."""
-    _tiny_tokenizer(tmp_path / "large")
+    tiny_tokenizer(tmp_path / "large")
     tiny("t5", seed=1, layers=2).save_pretrained(tmp_path / "large")
     tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "small")
     tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "aligned")

@@ -6,6 +6,8 @@ import torch
 import bildlab
 from bildlab import metrics, models, tasks, train, zoo
 
+if not (models.zoo_dir() / "card.json").is_file():  # the zoo is built by `bildlab zoo` and committed (issue 4)
+    pytest.skip("the toy zoo is not shipped yet (data/zoo/card.json missing)", allow_module_level=True)
 CARD = models.read_card()
 TEST = CARD["test"]
 
