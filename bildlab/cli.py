@@ -2,6 +2,7 @@
 
     bildlab demo        decode a few inputs with every method and print the statistics
     bildlab zoo         (re)build the toy model zoo in data/zoo and its card
+    bildlab study       run the study notebooks through papermill (toy profile by default)
 """
 
 from __future__ import annotations
@@ -51,6 +52,18 @@ def _zoo(args) -> int:
     return 0
 
 
+def _study(args) -> int:
+    from .runner import run_study
+
+    overrides = {}
+    for name, value in args.param or []:
+        import yaml
+
+        overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
+    run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -68,6 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     zoo.add_argument("--threads", type=int, default=None, help="torch CPU threads for training (default: torch's)")
     zoo.add_argument("--force", action="store_true", help="delete the output folder first")
     zoo.set_defaults(run=_zoo)
+    study = sub.add_parser("study", help="run the study notebooks through papermill into a run folder")
+    study.add_argument("--profile", default="toy", choices=("toy", "paper"),
+                       help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box")
+    study.add_argument("--notebook", action="append", help="run only this notebook (name without .ipynb); repeatable")
+    study.add_argument("--out", default=None, help="run folder (default: runs/<profile>)")
+    study.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                       help="override a parameter in every chosen notebook (YAML value), like papermill -p")
+    study.add_argument("--params", default=None, help="a YAML file of parameters for every chosen notebook")
+    study.set_defaults(run=_study)
     args = ap.parse_args(argv)
     return args.run(args)
 
