@@ -15,22 +15,25 @@ from .decoding import _clock, generate
 LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
 
 
-def _hf(large, small, input_ids, max_new_tokens, eos, k, assisted):
+def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:
+    """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step, constant schedule,
+    no confidence threshold); the new tokens only."""
     kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   pad_token_id=large.generation_config.pad_token_id or 0)
-    if assisted:
-        kwargs.update(assistant_model=small, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+    if assistant is not None:
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
                       assistant_confidence_threshold=0.0)
     out = large.generate(input_ids, **kwargs)
     start = 1 if large.config.is_encoder_decoder else input_ids.shape[1]
-    return out[0, start:].tolist(), {}
+    return out[0, start:].tolist()
 
 
 def run(name: str, large, small, input_ids, *, max_new_tokens: int, eos, k: int = 4, fallback: float = 0.6,
         rollback: float = 5.0, max_small_steps: int = 10) -> tuple[list[int], dict]:
     """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted")."""
     if name in ("hf_greedy", "hf_assisted"):
-        return _hf(large, small, input_ids, max_new_tokens, eos, k, assisted=name == "hf_assisted")
+        assistant = small if name == "hf_assisted" else None
+        return hf_generate(large, input_ids, max_new_tokens=max_new_tokens, eos=eos, assistant=assistant, k=k), {}
     out = generate(large, input_ids, small=small, method=name, max_new_tokens=max_new_tokens, eos_token_id=eos, k=k,
                    fallback=fallback, rollback=rollback, max_small_steps=max_small_steps)
     return out.tokens, out.stats

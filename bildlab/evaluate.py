@@ -25,6 +25,7 @@ import torch
 
 from . import __version__, metrics, tasks
 from .atomic import atomic_path
+from .benchmark import hf_generate
 from .decoding import _clock, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, zoo_dir
 
@@ -133,22 +134,17 @@ class Registry:
         return out
 
 
-def _hf_greedy(model, x, max_new_tokens, eos):
-    out = model.generate(x, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                         pad_token_id=model.generation_config.pad_token_id or 0)
-    return out[0, 1 if model.config.is_encoder_decoder else x.shape[1]:].tolist()
-
-
 def evaluate(pair: str, task: str | None = None, method: str = "bild", *, split: str = "test", limit: int | None = 50,
              draft: str = "small", k: int = 4, fallback: float = 0.6, rollback: float = 5.0,
              max_small_steps: int = 10, max_new_tokens: int = 128, seed: int = 0, baseline: str = "hf_greedy",
              do_sample: bool = False, temperature: float = 1.0, warmup: int = 2,
              registry: str | os.PathLike | Registry | None = DEFAULT_REGISTRY, force: bool = False,
-             device: str = "cpu", progress: bool = True) -> dict:
+             device: str = "cpu", progress: bool = True, check_only: bool = False) -> dict | None:
     """Run (or reuse from the registry) one evaluation; returns its record (see the module docstring).
 
     With do_sample=True (method "speculative" only) the baseline is the large model sampling alone (bildlab's
-    "sample", same temperature, seed per example), and the comparison is of speed and of sample quality."""
+    "sample", same temperature, seed per example), and the comparison is of speed and of sample quality.
+    With check_only=True every argument is validated and nothing runs (returns None)."""
     task = task or (TOY_PAIRS[pair][4] if pair in TOY_PAIRS else pair)
     policy = policy_of(method, k, fallback, rollback, max_small_steps, do_sample, temperature)
     check_run(pair, task, method, split, limit, draft, baseline, max_new_tokens=max_new_tokens, k=k,
@@ -159,6 +155,8 @@ def evaluate(pair: str, task: str | None = None, method: str = "bild", *, split:
         raise ValueError(f"temperature must be a number > 0; got {temperature!r}")
     if do_sample:
         baseline = "sample"
+    if check_only:
+        return None
     key = run_key(pair, task, method, split, limit, draft, baseline, seed, max_new_tokens, policy, device)
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
     if reg is not None and not force:
@@ -174,7 +172,7 @@ def evaluate(pair: str, task: str | None = None, method: str = "bild", *, split:
 
     def base(x, i):
         if baseline == "hf_greedy":
-            return _hf_greedy(p.large, x, max_new_tokens, eos), {}
+            return hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos), {}
         out = generate(p.large, x, method="sample" if do_sample else "greedy", max_new_tokens=max_new_tokens,
                        temperature=temperature, seed=seed + i)
         return out.tokens, out.stats
@@ -243,13 +241,8 @@ def summarize(task: str, rows: list[dict], references: list[str]) -> dict:
 def sweep(pair: str, grid: list[dict], *, progress: bool = True, **common) -> list[dict]:
     """Evaluate every policy in `grid` (dicts of evaluate() arguments over `common`); all are checked first, so a bad
     entry fails before anything runs; finished runs come from the registry, so an interrupted sweep resumes."""
-    task = common.get("task") or (TOY_PAIRS[pair][4] if pair in TOY_PAIRS else pair)
     for entry in grid:
-        args = {"method": "bild", "split": "test", "limit": 50, "draft": "small", "baseline": "hf_greedy", "k": 4,
-                "fallback": 0.6, "rollback": 5.0, "max_small_steps": 10, "max_new_tokens": 128, **common, **entry}
-        check_run(pair, task, args["method"], args["split"], args["limit"], args["draft"], args["baseline"],
-                  max_new_tokens=args["max_new_tokens"], k=args["k"], fallback=args["fallback"],
-                  rollback=args["rollback"], max_small_steps=args["max_small_steps"])
+        evaluate(pair, **{**common, **entry}, check_only=True)
     items = grid
     if progress:
         from tqdm.auto import tqdm
