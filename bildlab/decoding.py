@@ -21,6 +21,7 @@ per input, and the prefix is never recomputed. Batch size 1, as in the papers.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -48,9 +49,7 @@ class _Model:
     def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor):
         self.model = model
         self.encoder_decoder = bool(model.config.is_encoder_decoder)
-        params = inspect.signature(model.forward).parameters
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed during transformers 5.x
-        self.keep_kw = "logits_to_keep" in params
+        self.cache_kw, self.keep_kw = _forward_kwargs(type(model))
         self.cached = 0  # positions of the sequence buffer already in the cache
         self.calls = 0
         self.seconds = 0.0
@@ -85,6 +84,13 @@ class _Model:
         if self.cached > length:
             self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
             self.cached = length
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_kwargs(cls: type) -> tuple[str, bool]:
+    """How this model class takes its cache (renamed during transformers 5.x) and whether it can skip logits."""
+    params = inspect.signature(cls.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
 
 
 def _clock(device: torch.device) -> float:
