@@ -97,9 +97,11 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallback: float = 0.5, rollback: float =
                      ylabel="share of output tokens", title=f"BiLD (fallback {fallback}, rollback {rollback})")
     plots.save(fig, "rq1_token_share", figures)
     first = rows[0]
-    answer = (f"Yes: on {first['pair']} the small model writes {first['small share']:.0%} of the tokens, the large "
-              f"model runs {first['large calls / token']:.2f} times per token, and BiLD is {first['speedup']:.2f}x "
-              f"faster at {first['BiLD'] - first['vanilla large']:+.2f} {first['metric']}.")
+    verdict = "Yes" if first["small share"] >= 0.5 else "No"
+    answer = (f"{verdict}: on {first['pair']} the small model writes {first['small share']:.0%} of the tokens, the "
+              f"large model runs {first['large calls / token']:.2f} times per token, and BiLD runs at "
+              f"{first['speedup']:.2f}x the speed of the vanilla large model, at "
+              f"{first['BiLD'] - first['vanilla large']:+.2f} {first['metric']}.")
     return Result("RQ1", _frame(rows), fig, answer, {"small_share": first["small share"],
                                                       "speedup": first["speedup"]}, records)
 
@@ -125,7 +127,7 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0,
     share = {kind: sum(r in front for r in recs) for kind, recs in by_kind.items()}
     best = {kind: best_within(recs, 1.0) for kind, recs in by_kind.items()}
     speed = {kind: (b["summary"]["speedup"] if b else float("nan")) for kind, b in best.items()}
-    answer = (f"Both matter: within 1 {metric} point of the vanilla large model the best speedups are "
+    answer = (f"Within 1 {metric} point of the vanilla large model the best speedups are "
               + ", ".join(f"{speed[k]:.2f}x ({k})" for k in kinds)
               + f"; {share['fallback + rollback']} of the {len(front)} Pareto-optimal policies use both.")
     return Result("RQ2", _frame(rows), fig, answer, {"speedup_within_1": speed, "front": len(front)}, everything)
