@@ -27,7 +27,7 @@ from . import __version__, metrics, tasks
 from .atomic import atomic_path
 from .benchmark import hf_generate
 from .decoding import _clock, check_policy, generate
-from .models import PAIRS, TOY_PAIRS, load_pair, zoo_dir
+from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
 
 DRAFTS = ("small", "aligned", "early-exit")
 BASELINES = ("hf_greedy", "greedy")  # the vanilla large model: transformers' generate, or bildlab's loop
@@ -145,7 +145,7 @@ def evaluate(pair: str, task: str | None = None, method: str = "bild", *, split:
     With do_sample=True (method "speculative" only) the baseline is the large model sampling alone (bildlab's
     "sample", same temperature, seed per example), and the comparison is of speed and of sample quality.
     With check_only=True every argument is validated and nothing runs (returns None)."""
-    task = task or (TOY_PAIRS[pair][4] if pair in TOY_PAIRS else pair)
+    task = task or task_of(pair)
     policy = policy_of(method, k, fallback, rollback, max_small_steps, do_sample, temperature)
     check_run(pair, task, method, split, limit, draft, baseline, max_new_tokens=max_new_tokens, k=k,
               fallback=fallback, rollback=rollback, max_small_steps=max_small_steps)

@@ -39,6 +39,11 @@ PAPER_PAIRS = {
 PAIRS = tuple(TOY_PAIRS) + tuple(PAPER_PAIRS)
 
 
+def task_of(pair: str) -> str:
+    """The task a pair is evaluated on: a toy pair's own task, else the paper task of the same name."""
+    return TOY_PAIRS[pair][4] if pair in TOY_PAIRS else pair
+
+
 @dataclass
 class Pair:
     name: str

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import evaluate as ev
 from . import plots
-from .models import TOY_PAIRS
+from .models import task_of
 
 INF = math.inf
 
@@ -44,10 +44,6 @@ class Result:
 
     def _repr_markdown_(self) -> str:
         return f"**{self.name}** — {self.answer}"
-
-
-def _task(pair: str) -> str:
-    return TOY_PAIRS[pair][4] if pair in TOY_PAIRS else pair
 
 
 def _row(record: dict, **extra) -> dict:
@@ -210,7 +206,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         entry = {"row": row}
         for pair in pairs:
             score, speed, pol = cells[pair][row]
-            metric = records[0]["summary"]["metric"] if pair == pairs[0] else ev.tasks.task_metric(_task(pair))
+            metric = ev.tasks.task_metric(task_of(pair))
             entry[f"{pair} {metric}"] = round(score, 2)
             entry[f"{pair} speedup"] = round(speed, 2)
             entry[f"{pair} (rb, fb)"] = pol
@@ -306,7 +302,7 @@ def assisted_side_by_side(pair: str = "toy-mt-llama", *, limit: int = 10, k: int
     from .tasks import load_task
 
     p = load_pair(pair, device=device)
-    inputs = [p.encode(ex["source"]) for ex in load_task(_task(pair), split, limit=(limit or 100) + 2)]
+    inputs = [p.encode(ex["source"]) for ex in load_task(task_of(pair), split, limit=(limit or 100) + 2)]
     result = benchmark.compare(p.large, p.small, inputs, max_new_tokens=max_new_tokens, k=k, fallback=fallback,
                                rollback=rollback, warmup=2)
     return _frame(result.table()), result

@@ -10,6 +10,7 @@ already there, so an interrupted build resumes; training itself also checkpoints
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -86,24 +87,19 @@ def new_model(name: str, vocab: int):
     return tf.LlamaForCausalLM(config)
 
 
+@contextlib.contextmanager
 def _staged(out: Path):
     """Write into a temporary folder, rename it to `out` only when complete."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def ctx():
-        tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            yield tmp
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-
-    return ctx()
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
 
 
 def _save(model, out: Path):
