@@ -12,12 +12,14 @@ setup:
 	$(PYTHON) -m pip install -q "$(TORCH)"
 	$(PYTHON) -m pip install -q -e ".[notebooks,test]"
 
-# until the toy zoo ships (data/zoo), "study" runs the engine demo; then: bildlab study (all notebooks)
+# every notebook through papermill on the toy profile (stored back into notebooks/), figures/, results/toy/, README table
 study: setup
-	$(PYTHON) -m bildlab.cli demo
+	$(PYTHON) -m bildlab.cli study
 
+# unit tests, then the notebooks with nbval (every cell runs; the cells marked NBVAL_CHECK_OUTPUT must reproduce)
 test: setup
 	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
 
 bench: setup
 	$(PYTHON) benchmarks/bench_decoding.py

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -114,6 +115,21 @@ def _load_tokenizer(path: Path):
         raise RuntimeError(f"toy tokenizer at {path} could not be read ({e}); rebuild the zoo with `{REBUILD}`") from e
 
 
+@contextlib.contextmanager
+def _quiet():
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
 def _load_model(path: Path, dtype: torch.dtype, **overrides):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -123,7 +139,8 @@ def _load_model(path: Path, dtype: torch.dtype, **overrides):
     try:
         config = AutoConfig.from_pretrained(str(path), **overrides)
         auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        model, info = auto.from_pretrained(str(path), config=config, dtype=dtype, output_loading_info=True)
+        with _quiet():  # no per-load progress bar, and no report of the early exit's skipped layers
+            model, info = auto.from_pretrained(str(path), config=config, dtype=dtype, output_loading_info=True)
     except Exception as e:
         raise RuntimeError(f"toy checkpoint at {path} could not be read ({type(e).__name__}: {e}); "
                            f"rebuild the zoo with `{REBUILD}`") from e

@@ -31,9 +31,10 @@ def profile_params(profile: str, name: str) -> dict:
 
 def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str | os.PathLike | None = None,
               overrides: dict | None = None, params_file: str | None = None, progress: bool = True) -> list[Path]:
-    """Execute the chosen notebooks (default: all) with papermill into `out` (default runs/<profile>).
+    """Execute the chosen notebooks (default: all) with papermill into `out`.
 
-    All parameters of all chosen notebooks are checked before the first one runs; each executed notebook is written
+    The toy profile with the stored parameters writes the executed notebooks back into notebooks/ (what JupyterLab
+    opens and nbval checks); any other profile or parameter goes to runs/<profile> by default. All parameters of all chosen notebooks are checked before the first one runs; each executed notebook is written
     to a temporary name and renamed when it finished, so an interrupted run leaves no half-written notebook."""
     import papermill as pm
     import yaml
@@ -58,7 +59,8 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
             params.setdefault("figures", f"../figures/{profile}")
         check_params(params, allowed)
         plan.append((name, path, params))
-    out = Path(out or ROOT / "runs" / profile)
+    stored = profile == "toy" and not extra
+    out = Path(out or (NOTEBOOKS if stored else ROOT / "runs" / profile))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     bar = tqdm(plan, desc=f"study ({profile})", disable=not progress)
@@ -75,11 +77,26 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
                 os.replace(tmp, failed)  # keep the evidence, never under the finished name
                 print(f"[study] {name} failed; see {failed}", file=sys.stderr)
             raise
+        _strip_timings(tmp)
         os.replace(tmp, target)
         written.append(target)
     if profile == "toy" and not extra and set(chosen) == set(known):
         update_readme()  # the README's table of toy results, regenerated from the registry
     return written
+
+
+def _strip_timings(path: Path) -> None:
+    """Drop papermill's and Jupyter's clock readings so that a rerun with the same results gives the same file."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for key in ("start_time", "end_time", "duration"):
+        nb.metadata.get("papermill", {}).pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        for key in ("start_time", "end_time", "duration", "exception", "status"):
+            cell.metadata.get("papermill", {}).pop(key, None)
+    nbformat.write(nb, str(path))
 
 
 START, END = "<!-- toy-results:start -->", "<!-- toy-results:end -->"

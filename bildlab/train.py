@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 
 import torch
 from tqdm.auto import tqdm
@@ -53,6 +54,23 @@ def batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: i
     return out
 
 
+def short_first_plan(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int, epochs: int = 1,
+                     short_first: int = 0, short_len: int = 8) -> list[list[int]]:
+    """`batches`, preceded by `short_first` batches of only the pairs whose target has at most `short_len` tokens
+    (as many passes over them as that takes)."""
+    plan = batches(pairs, batch_tokens, seed, epochs)
+    if not short_first:
+        return plan
+    short = [i for i, (_, t) in enumerate(pairs) if len(t) <= short_len]
+    if not short:
+        raise ValueError(f"short_first={short_first}: no pair has a target of at most short_len={short_len} tokens")
+    warm, repeat = [], 0
+    while len(warm) < short_first:
+        repeat += 1
+        warm += batches([pairs[i] for i in short], batch_tokens, seed + repeat, 1)
+    return [[short[i] for i in batch] for batch in warm[:short_first]] + plan
+
+
 def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
@@ -79,6 +97,53 @@ def early_exit_model(large, exit_layer: int):
     if [k for k in missing if "embed_tokens" not in k and "lm_head" not in k] or unexpected:
         raise RuntimeError(f"early exit: missing {missing}, unexpected {unexpected}")
     return model.to(large.dtype).eval()
+
+
+_LAYER = re.compile(r"^(encoder\.block|decoder\.block|model\.layers)\.(\d+)\.")
+_BRANCH_OUTPUTS = (".o.weight", ".wo.weight", "o_proj.weight", "down_proj.weight")  # T5, Llama
+
+
+def grow(small, config):
+    """A deeper model of `config` that computes exactly what `small` computes: the small model's layers at the
+    bottom of each stack, and new layers on top whose residual branches end in zeroed output projections (each new
+    layer starts as the identity and learns from there). Same width required. Used to train the toy zoo's large
+    models from its small ones: a deep T5 trained from scratch learns far slower per step than a shallow one."""
+    large = type(small)(config)
+    old = small.state_dict()
+    depth = {}
+    for key in old:
+        m = _LAYER.match(key)
+        if m:
+            depth[m.group(1)] = max(depth.get(m.group(1), 0), int(m.group(2)) + 1)
+    state = {}
+    for key, value in large.state_dict().items():
+        m = _LAYER.match(key)
+        if m is None or int(m.group(2)) < depth.get(m.group(1), 0):
+            if key not in old or old[key].shape != value.shape:
+                raise ValueError(f"grow: the small model has no {key} of shape {tuple(value.shape)} "
+                                 f"(same width and vocabulary required)")
+            state[key] = old[key]
+        elif key.endswith(_BRANCH_OUTPUTS):
+            state[key] = torch.zeros_like(value)
+        else:
+            state[key] = value
+    large.load_state_dict(state)
+    return large
+
+
+def shrink(large, config):
+    """A shallower model of `config` that starts from the bottom layers of each of `large`'s stacks and its
+    embeddings and final norms (to be trained further). Same width required."""
+    small = type(large)(config)
+    old = large.state_dict()
+    state = {}
+    for key, value in small.state_dict().items():
+        if key not in old or old[key].shape != value.shape:
+            raise ValueError(f"shrink: the large model has no {key} of shape {tuple(value.shape)} "
+                             f"(same width and vocabulary required)")
+        state[key] = old[key]
+    small.load_state_dict(state)
+    return small
 
 
 def _dropped(key: str, exit_layer: int) -> bool:
@@ -137,12 +202,22 @@ def train_seq2seq(model, pairs: list[tuple[list[int], list[int]]], *, pad_id: in
                   batch_tokens: int = 2048, lr: float = 2e-3, warmup: int = 100, seed: int = 0,
                   exit_layer: int | None = None, exit_weight: float = 0.5, max_steps: int | None = None,
                   checkpoint: str | None = None, save_every: int = 200, desc: str = "train",
+                  short_first: int = 0, short_len: int = 8, plan: list[list[int]] | None = None,
                   progress: bool = True) -> list[float]:
     """Train an encoder-decoder model with cross-entropy on `pairs` (source ids, target ids).
 
+    `plan` (a list of batches of pair indices) replaces the default order: `epochs` shuffled epochs, after
+    `short_first` batches of short pairs (see `short_first_plan`).
+
+    With `short_first`, the first `short_first` batches hold only the pairs whose target has at most `short_len`
+    tokens: a T5 trained from scratch has no positions in its cross-attention and learns to align source and target
+    far sooner on short sentences (without them, the toy models learn a language model that ignores the source).
+
     With `exit_layer`, the loss adds `exit_weight` times the cross-entropy of the early exit after that decoder layer
     (see `exit_logits`), so that the first layers of the decoder make a usable draft model on their own."""
-    plan = batches(pairs, batch_tokens, seed, epochs)[:max_steps]
+    if plan is None:
+        plan = short_first_plan(pairs, batch_tokens, seed, epochs, short_first, short_len)
+    plan = plan[:max_steps]
 
     def loss_of(batch):
         src = _pad([pairs[i][0] for i in batch], pad_id)

@@ -33,9 +33,9 @@ MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 # ratio (about 5x here, like the paper's GPU pairs) and width sets quality; 8 + 8 layers keep HF `generate` happy
 # (transformers 5.x sizes the T5 cache by the encoder's layer count).
 ARCHS = {
-    "t5-large": dict(arch="t5", d_model=160, d_ff=640, num_heads=4, d_kv=40, num_layers=8, num_decoder_layers=8),
+    "t5-large": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=8, num_decoder_layers=8),
     "t5-small": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1),
-    "llama-large": dict(arch="llama", hidden_size=160, intermediate_size=448, num_hidden_layers=8,
+    "llama-large": dict(arch="llama", hidden_size=128, intermediate_size=384, num_hidden_layers=8,
                         num_attention_heads=4, num_key_value_heads=4),
     "llama-small": dict(arch="llama", hidden_size=128, intermediate_size=384, num_hidden_layers=1,
                         num_attention_heads=4, num_key_value_heads=4),
@@ -43,10 +43,10 @@ ARCHS = {
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
 PROFILES = {
-    "full": dict(mt=40000, sum=10000, calib_mt=10000, calib_sum=3000, llama_mt=40000, eval=1000, latency=20,
-                 lr_large=3e-3, lr_small=4e-3, lr_align=1e-3, batch_tokens=1600),
-    "smoke": dict(mt=600, sum=200, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3,
-                  lr_large=3e-3, lr_small=4e-3, lr_align=1e-3, batch_tokens=1200),
+    "full": dict(mt=32000, sum=3000, calib_mt=8000, calib_sum=1000, llama_mt=32000, eval=300, latency=20, epochs=2,
+                 large_epochs=2, lr_large=1e-3, lr_small=2e-3, lr_align=3e-4, batch_tokens=1600, short_first=300),
+    "smoke": dict(mt=600, sum=200, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3, epochs=2,
+                  large_epochs=1, lr_large=1e-3, lr_small=2e-3, lr_align=3e-4, batch_tokens=1200, short_first=5),
 }
 
 
@@ -142,8 +142,8 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
     command = f"bildlab zoo --profile {profile_name} --seed {seed} --out {out}"
     t_start = time.time()
 
-    def stage(name: str, fn):
-        if (out / name).exists():
+    def stage(name: str, fn, dest: Path | None = None):
+        if (dest or out / name).exists():
             return
         t0 = time.time()
         info = fn()
@@ -159,26 +159,48 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         build_tokenizer(out / "tokenizer", profile)
     tokenizer = _load_tokenizer(out / "tokenizer")
     vocab = len(tokenizer)
-    data = _seq2seq_data(tokenizer, profile)
+    data = _seq2seq_data(tokenizer, profile)  # translation pairs first, then summarization pairs
+    n_mt_pairs = min(profile["mt"], len(tasks.load_task("toy-mt", "train")))
 
-    def fit(name, model, pairs, lr, stage_seed, **kw):
+    def fit(name, model, pairs, lr, stage_seed, dest=None, **kw):
         torch.manual_seed(stage_seed)
         fn = train.train_causal_lm if name.startswith("llama") else train.train_seq2seq
         losses = fn(model, pairs, pad_id=0, lr=lr, seed=stage_seed, batch_tokens=profile["batch_tokens"],
                     checkpoint=str(work / f"{name}.pt"), desc=name, progress=progress, **kw)
-        _save(model, out / name)
+        _save(model, dest or out / name)
         return {"steps": len(losses), "examples": len(pairs), "seed": stage_seed, "lr": lr,
                 "loss_first": round(sum(losses[:20]) / len(losses[:20]), 3),
-                "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3), **kw}
+                "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3),
+                **{k: v for k, v in kw.items() if k != "plan"},
+                **({"schedule": f"{profile['short_first']} batches of short toy-mt pairs, 1 epoch of toy-mt, "
+                                f"{profile['epochs'] - 1} epoch(s) of toy-mt + toy-sum"} if "plan" in kw else {})}
 
-    def large():
-        torch.manual_seed(seed + 1)
-        return fit("t5-large", new_model("t5-large", vocab), data, profile["lr_large"], seed + 1,
-                   exit_layer=EXIT_LAYER, exit_weight=0.5)
+    def t5_plan(stage_seed):
+        # short translation pairs first (alignment), then a translation-only epoch, then epochs of both tasks: trained
+        # on both tasks from the start, the models learned summaries and a language model that ignores the source
+        mt = data[: n_mt_pairs]
+        plan = train.short_first_plan(mt, profile["batch_tokens"], stage_seed, 1, profile["short_first"])
+        return plan + train.batches(data, profile["batch_tokens"], stage_seed + 100, profile["epochs"] - 1)
 
-    def small():
+    def seed_small():  # a small T5 from scratch: the seed that the large model is grown from
         torch.manual_seed(seed + 2)
-        return fit("t5-small", new_model("t5-small", vocab), data, profile["lr_small"], seed + 2)
+        return fit("t5-seed", new_model("t5-small", vocab), data, profile["lr_small"], seed + 2,
+                   plan=t5_plan(seed + 2), dest=work / "t5-seed")
+
+    def large():  # grown from the seed (train.grow), then trained on both tasks
+        torch.manual_seed(seed + 1)
+        model = train.grow(_load(work / "t5-seed"), new_model("t5-large", vocab).config)
+        info = fit("t5-large", model, data, profile["lr_large"], seed + 1, exit_layer=EXIT_LAYER, exit_weight=0.5,
+                   epochs=profile["large_epochs"])
+        info["init"] = "t5-seed (a t5-small trained from scratch), grown to 8 + 8 layers (train.grow)"
+        return info
+
+    def small():  # the large model's bottom layers (train.shrink), trained on the references
+        torch.manual_seed(seed + 6)
+        model = train.shrink(_load(out / "t5-large"), new_model("t5-small", vocab).config)
+        info = fit("t5-small", model, data, profile["lr_large"], seed + 6, epochs=1)
+        info["init"] = "t5-large's encoder layers 0-1, decoder layer 0 and embeddings (train.shrink)"
+        return info
 
     def aligned():
         calib_path = work / "calibration.json"
@@ -194,7 +216,8 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
                                                 progress=progress)
             _dump_json(calib, calib_path)
         model = _load(out / "t5-small")
-        info = fit("t5-small-aligned", model, [tuple(p) for p in calib], profile["lr_align"], seed + 3, warmup=20)
+        info = fit("t5-small-aligned", model, [tuple(p) for p in calib], profile["lr_align"], seed + 3, warmup=20,
+                   epochs=profile["epochs"])
         info["init"] = "t5-small"
         return info
 
@@ -202,16 +225,23 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         def run():
             examples = tasks.load_task("toy-mt", "train")[: profile["llama_mt"]]
             torch.manual_seed(stage_seed)
-            lr = profile["lr_large"] if name == "llama-large" else profile["lr_small"]
-            return fit(name, new_model(name, vocab), _llama_data(tokenizer, examples), lr, stage_seed)
+            if name == "llama-small":
+                return fit(name, new_model(name, vocab), _llama_data(tokenizer, examples), profile["lr_small"],
+                           stage_seed, epochs=profile["epochs"])
+            model = train.grow(_load(out / "llama-small"), new_model(name, vocab).config)
+            info = fit(name, model, _llama_data(tokenizer, examples), profile["lr_large"], stage_seed,
+                       epochs=profile["large_epochs"])
+            info["init"] = "llama-small, grown to 8 layers (train.grow)"
+            return info
 
         return run
 
+    stage("t5-seed", seed_small, work / "t5-seed")
     stage("t5-large", large)
     stage("t5-small", small)
     stage("t5-small-aligned", aligned)
-    stage("llama-large", llama("llama-large", seed + 4))
     stage("llama-small", llama("llama-small", seed + 5))
+    stage("llama-large", llama("llama-large", seed + 4))
     card = write_card(out, tokenizer, profile, log)
     print(f"[zoo] built in {time.time() - t_start:.0f} s: {out}", file=sys.stderr)
     return card

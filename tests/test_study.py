@@ -49,6 +49,34 @@ def test_run_study_checks_every_notebook_before_running_any(monkeypatch, tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+def test_run_study_stores_toy_notebooks_in_place_without_clock_readings(monkeypatch, tmp_path):
+    import nbformat
+    import papermill
+
+    def fake_execute(src, dst, **kwargs):  # what papermill writes: the notebook plus its clock readings
+        nb = nbformat.read(src, as_version=4)
+        nb.metadata["papermill"] = {"start_time": "t0", "end_time": "t1", "duration": 1.5, "parameters": {}}
+        for cell in nb.cells:
+            cell.metadata["papermill"] = {"start_time": "t0", "duration": 0.1, "status": "completed"}
+            cell.metadata["execution"] = {"iopub.execute_input": "t0"}
+        nbformat.write(nb, dst)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path)
+    monkeypatch.setattr(runner, "update_readme", lambda: None)
+    source = nbformat.read(runner.ROOT / "notebooks" / "rq1_small_writes_most.ipynb", as_version=4)
+    nbformat.write(source, tmp_path / "rq1_small_writes_most.ipynb")
+    written = runner.run_study(progress=False)
+    assert written == [tmp_path / "rq1_small_writes_most.ipynb"]  # toy with stored parameters: back in place
+    nb = nbformat.read(written[0], as_version=4)
+    assert nb.metadata["papermill"] == {"parameters": {}}
+    assert all("execution" not in c.metadata and not c.metadata.get("papermill") for c in nb.cells)
+    assert [f.name for f in tmp_path.iterdir()] == ["rq1_small_writes_most.ipynb"]  # no temporary left behind
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    assert runner.run_study(overrides={"limit": 2}, progress=False) == [tmp_path / "runs" / "toy" /
+                                                                         "rq1_small_writes_most.ipynb"]
+
+
 def test_every_notebook_has_one_parameters_cell_and_paper_params_are_valid():
     import nbformat
     import papermill

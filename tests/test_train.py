@@ -28,6 +28,39 @@ def test_seq2seq_training_loss_falls_with_early_exit():
     assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
 
 
+def test_short_first_plan_puts_short_targets_first():
+    pairs = toy_pairs(n=60)
+    plain = train.batches(pairs, 120, seed=3)
+    plan = train.short_first_plan(pairs, 120, seed=3, short_first=25, short_len=5)
+    assert plan[25:] == plain  # the regular epoch follows unchanged
+    head = [i for batch in plan[:25] for i in batch]
+    assert all(len(pairs[i][1]) <= 5 for i in head)
+    assert len(set(head)) == sum(len(t) <= 5 for _, t in pairs) < len(head)  # every short pair, repeated to fill 25
+    with pytest.raises(ValueError, match="short_len=1"):
+        train.short_first_plan(pairs, 120, seed=3, short_first=5, short_len=1)
+
+
+@pytest.mark.parametrize("arch", ["t5", "llama"])
+def test_grow_keeps_the_function_and_the_new_layers_learn(arch):
+    small = tiny(arch, seed=4, layers=1)
+    config = small.config.to_dict()
+    config.update(num_layers=6, num_decoder_layers=5) if arch == "t5" else config.update(num_hidden_layers=5)
+    large = train.grow(small, type(small.config).from_dict(config)).eval()
+    x = torch.tensor([[5, 9, 12, 7, 1]])
+    same = bildlab.generate(large, x, max_new_tokens=12, eos_token_id=[]).tokens
+    assert same == bildlab.generate(small, x, max_new_tokens=12, eos_token_id=[]).tokens
+    assert sum(p.numel() for p in large.parameters()) > 2 * sum(p.numel() for p in small.parameters())
+    pairs = [(s[:-1] + [3], t) for s, t in toy_pairs()] if arch == "llama" else toy_pairs()
+    fn = train.train_causal_lm if arch == "llama" else train.train_seq2seq
+    fn(large, pairs, pad_id=0, epochs=2, batch_tokens=200, lr=3e-3, warmup=2, progress=False)
+    top = "decoder.block.4.layer.2.DenseReluDense.wo.weight" if arch == "t5" else "model.layers.4.mlp.down_proj.weight"
+    assert large.state_dict()[top].abs().sum() > 0  # the zeroed output projections moved: the new layers train
+    wider = tiny(arch, seed=5, layers=1).config.to_dict()
+    wider.update(d_model=48) if arch == "t5" else wider.update(hidden_size=48)
+    with pytest.raises(ValueError, match="same width"):
+        train.grow(small, type(small.config).from_dict(wider))
+
+
 def test_causal_lm_training_loss_falls():
     model = tiny("llama", seed=0, layers=2, vocab=48, scale=0.1).train()
     pairs = [(s[:-1] + [3], t) for s, t in toy_pairs()]
