@@ -221,8 +221,9 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     fastest = max((cells[first][r] for r in order[1:] if not math.isnan(cells[first][r][1])), key=lambda v: v[1],
                   default=(float("nan"), float("nan"), None))
     loss = cells[first]["vanilla"][0] - fastest[0]
-    answer = (f"On {first} BiLD is up to {fastest[1]:.2f}x faster than the vanilla large model for {loss:.2f} "
-              f"points lost (policy rb, fb = {fastest[2]}).")
+    change = f"{loss:.2f} points lost" if loss >= 0 else f"{-loss:.2f} points gained"
+    answer = (f"On {first} BiLD is up to {fastest[1]:.2f}x faster than the vanilla large model, with {change} "
+              f"(policy rb, fb = {fastest[2]}).")
     return Result("RQ5", _frame(rows), fig, answer, headline, records)
 
 
