@@ -34,8 +34,9 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     """Execute the chosen notebooks (default: all) with papermill into `out`.
 
     The toy profile with the stored parameters writes the executed notebooks back into notebooks/ (what JupyterLab
-    opens and nbval checks); any other profile or parameter goes to runs/<profile> by default. All parameters of all chosen notebooks are checked before the first one runs; each executed notebook is written
-    to a temporary name and renamed when it finished, so an interrupted run leaves no half-written notebook."""
+    opens and nbval checks); any other profile or parameter goes to runs/<profile> by default. All parameters of all
+    chosen notebooks are checked before the first one runs; each executed notebook is written to a temporary name
+    and renamed when it finished, so an interrupted run leaves no half-written notebook."""
     import papermill as pm
     import yaml
     from tqdm.auto import tqdm
@@ -80,7 +81,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
         _strip_timings(tmp)
         os.replace(tmp, target)
         written.append(target)
-    if profile == "toy" and not extra and set(chosen) == set(known):
+    if stored and set(chosen) == set(known):
         update_readme()  # the README's table of toy results, regenerated from the registry
     return written
 

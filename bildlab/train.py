@@ -90,13 +90,7 @@ def early_exit_model(large, exit_layer: int):
     `T5ForConditionalGeneration` with `num_decoder_layers=exit_layer`."""
     config = large.config.to_dict()
     config["num_decoder_layers"] = exit_layer
-    config = type(large.config).from_dict(config)
-    model = type(large)(config)
-    state = {k: v for k, v in large.state_dict().items() if not _dropped(k, exit_layer)}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if [k for k in missing if "embed_tokens" not in k and "lm_head" not in k] or unexpected:
-        raise RuntimeError(f"early exit: missing {missing}, unexpected {unexpected}")
-    return model.to(large.dtype).eval()
+    return shrink(large, type(large.config).from_dict(config)).to(large.dtype).eval()
 
 
 _LAYER = re.compile(r"^(encoder\.block|decoder\.block|model\.layers)\.(\d+)\.")
@@ -144,12 +138,6 @@ def shrink(large, config):
         state[key] = old[key]
     small.load_state_dict(state)
     return small
-
-
-def _dropped(key: str, exit_layer: int) -> bool:
-    if not key.startswith("decoder.block."):
-        return False
-    return int(key.split(".")[2]) >= exit_layer
 
 
 def _lr(step: int, steps: int, peak: float, warmup: int) -> float:
