@@ -268,7 +268,11 @@ def greedy_batch(model, sources: list[list[int]], *, pad_id: int, max_new_tokens
 
 def calibration_data(large, pairs: list[tuple[list[int], list[int]]], *, pad_id: int, max_new_tokens: int,
                      batch_size: int = 64, progress: bool = True) -> list[tuple[list[int], list[int]]]:
-    """Prediction alignment data: each training source paired with the large model's greedy output for it."""
+    """Prediction alignment data: each training source paired with the large model's greedy output for it. Outputs
+    cut off at `max_new_tokens` are left out: they are mostly repetition loops, and a small model trained on them
+    learns to loop (on the toy zoo, 1.4% of outputs made the aligned small's translations a third too long)."""
     outputs = greedy_batch(large, [s for s, _ in pairs], pad_id=pad_id, max_new_tokens=max_new_tokens,
                            batch_size=batch_size, desc="calibration data", progress=progress)
-    return [(s, o) for (s, _), o in zip(pairs, outputs) if o]
+    eos = large.generation_config.eos_token_id
+    ends = set(eos) if isinstance(eos, list) else {eos}
+    return [(s, o) for (s, _), o in zip(pairs, outputs) if o and o[-1] in ends]

@@ -34,10 +34,12 @@ def test_large_is_clearly_better_than_small():
 
 
 # Targets the shipped zoo misses, measured on its card; strict: a rebuild that meets them turns these into failures
-# that ask for the marker to go
-MISSED_AGREEMENT = pytest.mark.xfail(strict=True, reason="toy-sum: the small agrees with the large on 63% of positions")
-MISSED_ALIGNED_SCORE = pytest.mark.xfail(strict=True, reason="toy-mt: the aligned small scores BLEU 43.3 vs 53.5")
-MISSED_LATENCY = pytest.mark.xfail(strict=True, reason="t5-large / t5-small measured 3.83x per token, not >= 4x")
+# that ask for the marker to go. Both come from toy-sum, where neither T5 has learned to copy names and numbers from
+# the document: 86% (large) and 85% (small) of those in their summaries are not in it (references: 4%; first 300
+# test examples). They write the right kind of sentence with invented entities, and invent differently; the aligned
+# small learns the large's inventions (93%)
+MISSED_AGREEMENT = pytest.mark.xfail(strict=True, reason="toy-sum: the small agrees with the large on 58% of positions")
+MISSED_ALIGNED_SCORE = pytest.mark.xfail(strict=True, reason="toy-sum: the aligned small scores ROUGE-L 41.4 vs 48.7")
 
 
 @pytest.mark.parametrize("task", ["toy-mt", pytest.param("toy-sum", marks=MISSED_AGREEMENT)])
@@ -50,15 +52,15 @@ def test_aligned_small_agrees_more_often(task):
     assert TEST[task]["t5-small-aligned"]["agreement"] > TEST[task]["t5-small"]["agreement"]
 
 
-@pytest.mark.parametrize("task", [pytest.param("toy-mt", marks=MISSED_ALIGNED_SCORE), "toy-sum"])
+@pytest.mark.parametrize("task", ["toy-mt", pytest.param("toy-sum", marks=MISSED_ALIGNED_SCORE)])
 def test_aligned_small_scores_at_least_as_well(task):
     metric = tasks.task_metric(task)
     assert TEST[task]["t5-small-aligned"][metric] >= TEST[task]["t5-small"][metric]
 
 
-@MISSED_LATENCY
-def test_latency_ratio_is_in_the_papers_regime():
-    assert 4 <= CARD["latency_ratio"]["t5-large / t5-small"] <= 10
+@pytest.mark.parametrize("ratio", ["t5-large / t5-small", "llama-large / llama-small"])
+def test_latency_ratio_is_in_the_papers_regime(ratio):
+    assert 4 <= CARD["latency_ratio"][ratio] <= 10
 
 
 def test_early_exit_is_cheaper_and_mostly_agrees():
