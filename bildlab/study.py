@@ -67,6 +67,11 @@ def best_within(records: list[dict], tolerance: float) -> dict | None:
     return max(ok, key=lambda r: r["summary"]["speedup"]) if ok else None
 
 
+def _speed(value: float) -> str:
+    """A speedup for an answer sentence; NaN (no policy of the sweep within the tolerance) reads "none"."""
+    return "none" if math.isnan(value) else f"{value:.2f}x"
+
+
 def _grid(fallbacks, rollbacks) -> list[dict]:
     return [{"fallback": f, "rollback": r} for f in fallbacks for r in rollbacks]
 
@@ -124,8 +129,10 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0,
     best = {kind: best_within(recs, 1.0) for kind, recs in by_kind.items()}
     speed = {kind: (b["summary"]["speedup"] if b else float("nan")) for kind, b in best.items()}
     answer = (f"Within 1 {metric} point of the vanilla large model the best speedups are "
-              + ", ".join(f"{speed[k]:.2f}x ({k})" for k in kinds)
-              + f"; {share['fallback + rollback']} of the {len(front)} Pareto-optimal policies use both.")
+              + ", ".join(f"{_speed(speed[k])} ({k})" for k in kinds)
+              + f"; {share['fallback + rollback']} of the {len(front)} Pareto-optimal policies use both"
+              + (" (none: no policy of that kind in the sweep stays within 1 point)." if "none" in
+                 [_speed(v) for v in speed.values()] else "."))
     return Result("RQ2", _frame(rows), fig, answer, {"speedup_within_1": speed, "front": len(front)}, everything)
 
 
@@ -159,7 +166,7 @@ def rq3(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(2.0,
                          "rq3_alignment", f"{pair}: aligned vs unaligned small model", figures, tolerance, **run)
     s, share = result.headline["speedup_within_tolerance"], result.headline["mean_small_share"]
     result.answer = (f"Within {tolerance} point of the vanilla model, the aligned small model reaches "
-                     f"{s['aligned']:.2f}x against {s['unaligned']:.2f}x unaligned (mean small-model share "
+                     f"{_speed(s['aligned'])} against {_speed(s['unaligned'])} unaligned (mean small-model share "
                      f"{share['aligned']:.0%} vs {share['unaligned']:.0%}).")
     result.name = "RQ3"
     return result
@@ -172,10 +179,12 @@ def rq4(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(2.0,
                          "rq4_early_exit", f"{pair}: early-exit draft vs separate small model", figures, tolerance,
                          **run)
     s = result.headline["speedup_within_tolerance"]
-    better = "early exit" if s["early exit"] > s["separate small"] else "separate small model"
+    exit_, small = (-1.0 if math.isnan(v) else v for v in (s["early exit"], s["separate small"]))
+    verdict = ("neither draft stays within it in this sweep" if max(exit_, small) < 0 else
+               f"the {'early exit' if exit_ > small else 'separate small model'} is the better draft here")
     result.answer = (f"Within {tolerance} point of the vanilla model the early-exit draft reaches "
-                     f"{s['early exit']:.2f}x and the separate small model {s['separate small']:.2f}x: the "
-                     f"{better} is the better draft here.")
+                     f"{_speed(s['early exit'])} and the separate small model {_speed(s['separate small'])}: "
+                     f"{verdict}.")
     result.name = "RQ4"
     return result
 
@@ -223,7 +232,9 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     loss = cells[first]["vanilla"][0] - fastest[0]
     change = f"{loss:.2f} points lost" if loss >= 0 else f"{-loss:.2f} points gained"
     answer = (f"On {first} BiLD is up to {fastest[1]:.2f}x faster than the vanilla large model, with {change} "
-              f"(policy rb, fb = {fastest[2]}).")
+              f"(policy rb, fb = {fastest[2]})." if fastest[2] else
+              f"On {first} no BiLD policy of the sweep stays within {degraded_tolerance} point of the vanilla "
+              f"large model.")
     return Result("RQ5", _frame(rows), fig, answer, headline, records)
 
 

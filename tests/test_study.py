@@ -121,6 +121,25 @@ def test_best_within_picks_the_fastest_acceptable():
     assert study.best_within([rec(20, 3.0)], 1.0) is None
 
 
+def test_answers_say_none_when_no_policy_is_within_the_tolerance(monkeypatch, tmp_path):
+    def sweep(pair, grid, *, draft="small", **run):  # every policy loses 5 points, except the early exit's fastest
+        return [{"summary": {"metric": "bleu", "score": 30.0 if draft == "early-exit" and i == 0 else 25.0,
+                             "baseline_score": 30.0, "speedup": 1.5 + i, "small_share": 0.8,
+                             "large_calls_per_token": 0.2, "mean_accepted": 3.0},
+                 "key": {"policy": g, "method": "bild", "draft": draft}} for i, g in enumerate(grid)]
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    grid = dict(fallbacks=[0.5, 0.9], rollbacks=[1.0], figures=str(tmp_path))
+    rq4 = study.rq4("toy-mt", **grid).answer
+    assert "early-exit draft reaches 1.50x and the separate small model none" in rq4 and "early exit is the" in rq4
+    monkeypatch.setattr(study.ev, "sweep", lambda pair, grid, draft="small", **run: sweep(pair, grid, draft="small"))
+    for answer in (study.rq2("toy-mt", **grid).answer, study.rq3("toy-mt", **grid).answer,
+                   study.rq4("toy-mt", **grid).answer, study.rq5(("toy-mt",), **grid).answer):
+        assert "nan" not in answer
+    assert "neither draft" in study.rq4("toy-mt", **grid).answer
+    assert "no BiLD policy of the sweep stays within 1.0 point" in study.rq5(("toy-mt",), **grid).answer
+
+
 def test_figures_are_deterministic_and_written_whole(tmp_path):
     def draw():
         return plots.speed_quality({"a": [(1.0, 30.0), (1.5, 29.0)]}, metric="bleu", baseline=30.0,

@@ -72,8 +72,8 @@ def test_early_exit_is_cheaper_and_mostly_agrees():
 def test_card_numbers_are_reproduced_live():
     """Re-measure toy-mt as the card did (the first test examples, batched greedy): the card was produced by the
     models that ship, and bildlab's batch-1 greedy decoding agrees with the batched decoding behind it."""
-    pair = models.load_pair("toy-mt")
-    examples = tasks.load_task("toy-mt", "test", limit=CARD["test_examples"])
+    pair = bildlab.load_pair("toy-mt")  # the documented entry point
+    examples = bildlab.load_task("toy-mt", "test", limit=CARD["test_examples"])
     refs = [ex["target"] for ex in examples]
     sources = [pair.encode(ex["source"])[0].tolist() for ex in examples]
     outputs = {name: train.greedy_batch(m, sources, pad_id=0, max_new_tokens=zoo.MAX_NEW["toy-mt"], progress=False)
