@@ -32,9 +32,9 @@ MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 
 # Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large / small cost
 # ratio (10 decoder layers against 1 measured 4.4x for T5 and 4.7x for Llama with random weights; 8 gave 3.8x and
-# 4.0x, under the 4-10x of the paper's GPU pairs); the same
-# width lets the large be grown from a small seed (train.grow); the encoder has at least as many layers as the
-# decoder because transformers 5.x sizes the T5 cache of HF `generate` by the encoder's layer count.
+# 4.0x, at the edge of the 4-10x of the paper's GPU pairs); the same width lets the large be grown from a small seed
+# (train.grow); the encoder has at least as many layers as the decoder because transformers 5.x sizes the T5 cache
+# of HF `generate` by the encoder's layer count.
 ARCHS = {
     "t5-large": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=10),
     "t5-small": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1),
