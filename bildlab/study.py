@@ -131,8 +131,8 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0,
     answer = (f"Within 1 {metric} point of the vanilla large model the best speedups are "
               + ", ".join(f"{_speed(speed[k])} ({k})" for k in kinds)
               + f"; {share['fallback + rollback']} of the {len(front)} Pareto-optimal policies use both"
-              + (" (none: no policy of that kind in the sweep stays within 1 point)." if "none" in
-                 [_speed(v) for v in speed.values()] else "."))
+              + (" (none: no policy of that kind in the sweep stays within 1 point)."
+                 if any(math.isnan(v) for v in speed.values()) else "."))
     return Result("RQ2", _frame(rows), fig, answer, {"speedup_within_1": speed, "front": len(front)}, everything)
 
 

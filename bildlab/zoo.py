@@ -119,12 +119,10 @@ def _load(path: Path):
     return _load_model(path, torch.float32)
 
 
-def _seq2seq_data(tokenizer, profile: dict, split: str = "train", n_mt: str = "mt", n_sum: str = "sum"):
-    data = []
-    for task, key in (("toy-mt", n_mt), ("toy-sum", n_sum)):
-        examples = tasks.load_task(task, split)[: profile[key]]
-        data += train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
-    return data
+def _seq2seq_data(tokenizer, task: str, n: int):
+    """The first `n` training pairs of a toy task, encoded with its prefix."""
+    examples = tasks.load_task(task, "train")[:n]
+    return train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
 
 
 def _llama_data(tokenizer, examples: list[dict]):
@@ -165,8 +163,9 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         build_tokenizer(out / "tokenizer", profile)
     tokenizer = _load_tokenizer(out / "tokenizer")
     vocab = len(tokenizer)
-    data = _seq2seq_data(tokenizer, profile)  # translation pairs first, then summarization pairs
-    n_mt_pairs = min(profile["mt"], len(tasks.load_task("toy-mt", "train")))
+    mt_data = _seq2seq_data(tokenizer, "toy-mt", profile["mt"])
+    sum_data = _seq2seq_data(tokenizer, "toy-sum", profile["sum"])
+    data = mt_data + sum_data
 
     def fit(name, model, pairs, lr, stage_seed, dest=None, **kw):
         torch.manual_seed(stage_seed)
@@ -177,21 +176,21 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         return {"steps": len(losses), "examples": len(pairs), "seed": stage_seed, "lr": lr,
                 "loss_first": round(sum(losses[:20]) / len(losses[:20]), 3),
                 "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3),
-                **{k: v for k, v in kw.items() if k != "plan"},
-                **({"schedule": f"{profile['short_first']} batches of short toy-mt pairs, 1 epoch of toy-mt, "
-                                f"{profile['epochs'] - 1} epoch(s) of toy-mt + toy-sum"} if "plan" in kw else {})}
+                **{k: v for k, v in kw.items() if k != "plan"}}
 
     def t5_plan(stage_seed):
         # short translation pairs first (alignment), then a translation-only epoch, then epochs of both tasks: trained
         # on both tasks from the start, the models learned summaries and a language model that ignores the source
-        mt = data[: n_mt_pairs]
-        plan = train.short_first_plan(mt, profile["batch_tokens"], stage_seed, 1, profile["short_first"])
+        plan = train.short_first_plan(mt_data, profile["batch_tokens"], stage_seed, 1, profile["short_first"])
         return plan + train.batches(data, profile["batch_tokens"], stage_seed + 100, profile["epochs"] - 1)
 
     def seed_small():  # a small T5 from scratch: the seed that the large model is grown from
         torch.manual_seed(seed + 2)
-        return fit("t5-seed", new_model("t5-small", vocab), data, profile["lr_small"], seed + 2,
+        info = fit("t5-seed", new_model("t5-small", vocab), data, profile["lr_small"], seed + 2,
                    plan=t5_plan(seed + 2), dest=work / "t5-seed")
+        info["schedule"] = (f"{profile['short_first']} batches of short toy-mt pairs, 1 epoch of toy-mt, "
+                            f"{profile['epochs'] - 1} epoch(s) of toy-mt + toy-sum")
+        return info
 
     def large():  # grown from the seed (train.grow), then trained on both tasks
         torch.manual_seed(seed + 1)
@@ -208,14 +207,15 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         # of the large (the target: at least 5 below)
         torch.manual_seed(seed + 6)
         model = train.shrink(_load(out / "t5-large"), new_model("t5-small", vocab).config)
-        pairs = data + data[n_mt_pairs:] * (profile["small_sum_repeat"] - 1)
+        pairs = data + sum_data * (profile["small_sum_repeat"] - 1)
         epochs = profile["small_epochs"]
-        plan = train.batches(pairs, profile["batch_tokens"], seed + 6, math.ceil(epochs))
+        whole = math.ceil(epochs)
+        plan = train.batches(pairs, profile["batch_tokens"], seed + 6, whole)
         info = fit("t5-small", model, pairs, profile["lr_large"], seed + 6,
-                   plan=plan[: round(len(plan) * epochs / math.ceil(epochs))])
+                   plan=plan[: round(len(plan) * epochs / whole)])
         info["init"] = "t5-large's encoder layers 0-1, decoder layer 0 and embeddings (train.shrink)"
-        info["schedule"] = (f"{epochs} epochs of toy-mt + toy-sum (a random share of the batches of "
-                            f"{math.ceil(epochs)}), each toy-sum pair {profile['small_sum_repeat']} times per epoch")
+        info["schedule"] = (f"{epochs} epochs of toy-mt + toy-sum (a random share of the batches of {whole}), each "
+                            f"toy-sum pair {profile['small_sum_repeat']} times per epoch")
         return info
 
     def aligned():
