@@ -28,7 +28,7 @@ import zlib
 
 from .atomic import atomic_path
 
-VERSION = 2
+VERSION = 3
 SPLITS = ("train", "validation", "test")
 TOY_TASKS = ("toy-mt", "toy-sum")
 PAPER_TASKS = ("iwslt2017-de-en", "wmt14-de-en", "xsum", "cnn_dailymail")
@@ -904,13 +904,13 @@ class _SumGenerator:
         return f
 
     def example(self):
-        """One (document, summary) pair: 5-12 document sentences, a 1-2 sentence summary."""
+        """One (document, summary) pair: 3-5 document sentences, a 1-2 sentence summary."""
         rng = self.rng
         event = rng.choice(SUM_EVENTS)
         f = self.facts(event)
         i = rng.randrange(len(event["lead"]))
         lead, summary = event["lead"][i].format(**f), [event["summary"][i].format(**f)]
-        n_sent = rng.randint(5, 12)
+        n_sent = rng.randint(3, 5)
         extras = rng.sample(event["extras"], rng.randint(1, len(event["extras"])))
         other = rng.sample(event["other"], rng.randint(1, min(3, len(event["other"]))))
         body = [x.format(**f) for x, _ in extras] + [x.format(**f) for x in other]

@@ -16,7 +16,7 @@ from bildlab.tasks import (PAPER_TASKS, SPLITS, TOY_SIZES, TOY_TASKS, load_task,
 # sha256 of json.dumps(load_task(name, "validation")): changes here need a VERSION bump
 VALIDATION_DIGESTS = {
     "toy-mt": "b6bf512fed654bc91a1318b372d3b19a849b24cf9bd29373bdd5b103d74ee454",
-    "toy-sum": "048a9b1b86d2263d0f4ee62abf10de367647dea5c5abf78ac9cf25c800783f6d",
+    "toy-sum": "00236dd04d39a2a5cb32c0dc8aa3a8962a55dbab3792a733fbc7ac22cc2c8e76",
 }
 
 
@@ -352,7 +352,7 @@ def test_sum_lengths(data):
     assert 15 <= statistics.median(summary_words) <= 40
     assert max(summary_words) - min(summary_words) >= 15
     for e in examples[:3000]:
-        assert 5 <= len(split_sentences(e["source"])) <= 12
+        assert 3 <= len(split_sentences(e["source"])) <= 5
         assert 1 <= len(split_sentences(e["target"])) <= 2
         assert "\n" not in e["target"]
     two = sum(len(split_sentences(e["target"])) == 2 for e in examples) / len(examples)
@@ -372,8 +372,11 @@ def test_sum_summary_facts_come_from_the_document(data):
 
 def test_sum_documents_have_distractors(data):
     examples = data("toy-sum", "validation")
-    numbers = [len(set(re.findall(r"\d[\d,]*\d|\d", e["source"]))) for e in examples]
-    assert sum(n >= 4 for n in numbers) > 0.8 * len(examples)
+    numbers = lambda text: set(re.findall(r"\d[\d,]*\d|\d", text))
+    # most documents (3-5 sentences) hold a number that the summary leaves out, many hold two
+    distractors = [len(numbers(e["source"]) - numbers(e["target"])) for e in examples]
+    assert sum(n >= 1 for n in distractors) > 0.75 * len(examples)
+    assert sum(n >= 2 for n in distractors) > 0.4 * len(examples)
     # the salient sentence is not always first
     moved = sum(not set(e["target"].split()[:3]) & set(split_sentences(e["source"])[0].split())
                 for e in examples)

@@ -33,16 +33,14 @@ def test_large_is_clearly_better_than_small():
     assert llama["llama-large"]["bleu"] > llama["llama-small"]["bleu"]
 
 
-# Targets the shipped zoo misses, measured on its card; strict: a rebuild that meets them turns these into failures
-# that ask for the marker to go. Both come from toy-sum, where neither T5 has learned to copy names and numbers from
-# the document: 86% (large) and 85% (small) of those in their summaries are not in it (references: 4%; first 300
-# test examples). They write the right kind of sentence with invented entities, and invent differently; the aligned
-# small learns the large's inventions (93%)
-MISSED_AGREEMENT = pytest.mark.xfail(strict=True, reason="toy-sum: the small agrees with the large on 58% of positions")
-MISSED_ALIGNED_SCORE = pytest.mark.xfail(strict=True, reason="toy-sum: the aligned small scores ROUGE-L 41.4 vs 48.7")
+# The one target the shipped zoo misses, measured on its card; strict: a rebuild that meets it turns this into a
+# failure that asks for the marker to go. Fine-tuned on the large model's outputs for 9,000 fresh training inputs, the
+# small agrees with the large more often on both tasks but loses 1.3 BLEU on toy-mt (lr 1e-4; 3e-4 lost 2.7, 5e-5 lost
+# 2.8, adding 9,000 reference pairs lost 1.6: within the noise of 300 test sentences, so no setting was kept for it)
+MISSED_ALIGNED_SCORE = pytest.mark.xfail(strict=True, reason="toy-mt: the aligned small scores BLEU 74.88 vs 76.21")
 
 
-@pytest.mark.parametrize("task", ["toy-mt", pytest.param("toy-sum", marks=MISSED_AGREEMENT)])
+@pytest.mark.parametrize("task", ["toy-mt", "toy-sum"])
 def test_small_is_mostly_right(task):
     assert 0.75 <= TEST[task]["t5-small"]["agreement"] <= 0.98
 
@@ -52,7 +50,7 @@ def test_aligned_small_agrees_more_often(task):
     assert TEST[task]["t5-small-aligned"]["agreement"] > TEST[task]["t5-small"]["agreement"]
 
 
-@pytest.mark.parametrize("task", ["toy-mt", pytest.param("toy-sum", marks=MISSED_ALIGNED_SCORE)])
+@pytest.mark.parametrize("task", [pytest.param("toy-mt", marks=MISSED_ALIGNED_SCORE), "toy-sum"])
 def test_aligned_small_scores_at_least_as_well(task):
     metric = tasks.task_metric(task)
     assert TEST[task]["t5-small-aligned"][metric] >= TEST[task]["t5-small"][metric]
