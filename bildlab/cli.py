@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
     zoo.add_argument("--out", default=None, help="output folder (default: data/zoo of this checkout)")
     zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
-                     help="full: the shipped zoo (54 min on 2 cores); smoke: a one-minute miniature")
+                     help="full: the shipped zoo (about 52 min on 2 cores); smoke: a one-minute miniature")
     zoo.add_argument("--seed", type=int, default=0)
     zoo.add_argument("--threads", type=int, default=None, help="torch CPU threads for training (default: torch's)")
     zoo.add_argument("--force", action="store_true", help="delete the output folder first")

@@ -46,12 +46,12 @@ ARCHS = {
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
 PROFILES = {
-    "full": dict(mt=32000, sum=4500, seed_sum=30000, calib_mt=8000, calib_sum=1000, llama_mt=26000, eval=300, latency=20, epochs=2,
-                 large_epochs=2, lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1600, short_first=300,
-                 small_epochs=1.5, small_sum_repeat=2),
-    "smoke": dict(mt=600, sum=200, seed_sum=400, calib_mt=100, calib_sum=50, llama_mt=400, eval=40, latency=3, epochs=2,
-                  large_epochs=1, lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1200, short_first=5,
-                  small_epochs=1, small_sum_repeat=2),
+    "full": dict(mt=32000, sum=4500, seed_sum=30000, calib_mt=8000, calib_sum=1000, llama_mt=26000,
+                 eval=300, latency=20, epochs=2, large_epochs=2, small_epochs=1.5, small_sum_repeat=2,
+                 lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1600, short_first=300),
+    "smoke": dict(mt=600, sum=200, seed_sum=400, calib_mt=100, calib_sum=50, llama_mt=400,
+                  eval=40, latency=3, epochs=2, large_epochs=1, small_epochs=1, small_sum_repeat=2,
+                  lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1200, short_first=5),
 }
 
 
