@@ -203,9 +203,9 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         return info
 
     def small():  # the large model's bottom layers (train.shrink), trained on the references
-        # How long sets how close the small comes to the large. Under the 10+10 large: 1 epoch (each summary 3 times)
-        # agreed with the large on 73% of toy-mt positions (the paper's pairs: 75-98%); 2 epochs came within 1.8 BLEU
-        # of the large (the target: at least 5 below)
+        # How long sets how close the small comes to the large. Measured on the previous zoo (toy-sum v2, 10+10
+        # large): 1 epoch (each summary 3 times) agreed with the large on 73% of toy-mt positions (the paper's pairs:
+        # 75-98%); 2 epochs came within 1.8 BLEU of the large (the target: at least 5 below)
         torch.manual_seed(seed + 6)
         model = train.shrink(_load(out / "t5-large"), new_model("t5-small", vocab).config)
         pairs = data + sum_data * (profile["small_sum_repeat"] - 1)
