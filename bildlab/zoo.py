@@ -11,6 +11,7 @@ already there, so an interrupted build resumes; training itself also checkpoints
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -131,13 +132,21 @@ def _llama_data(tokenizer, examples: list[dict]):
     return [(s[:-1] + [sep], t) for s, t in pairs]  # prompt: prefix + source + <sep>; then target + EOS
 
 
+def work_dir(profile_name: str, seed: int) -> Path:
+    """The folder of a build's intermediate files (the seed model, calibration data, training checkpoints), named by
+    a digest of the recipe (profile, task VERSION, seed, architectures): a changed recipe never resumes from them."""
+    recipe = json.dumps([PROFILES[profile_name], tasks.VERSION, seed, ARCHS], sort_keys=True)
+    cache = Path(os.environ.get("BILDLAB_CACHE") or Path.home() / ".cache" / "bildlab")
+    return cache / "zoo-work" / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+
+
 def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, progress: bool = True,
           threads: int | None = None) -> dict:
     """Build (or resume building) the zoo in `out` and write its card. Returns the card."""
     out = Path(out or zoo_dir())
     profile = PROFILES[profile_name]
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(os.environ.get("BILDLAB_CACHE") or Path.home() / ".cache" / "bildlab") / "zoo-work" / profile_name
+    work = work_dir(profile_name, seed)
     work.mkdir(parents=True, exist_ok=True)
     if threads:
         torch.set_num_threads(threads)

@@ -138,6 +138,22 @@ def test_training_resumes_where_it_stopped(tmp_path):
 # load_pair
 
 
+def test_zoo_work_folder_changes_with_the_recipe(tmp_path, monkeypatch):
+    from bildlab import tasks, zoo
+
+    monkeypatch.setenv("BILDLAB_CACHE", str(tmp_path))
+    full = zoo.work_dir("full", 0)
+    assert full.parent == tmp_path / "zoo-work" and full.name.startswith("full-")
+    assert zoo.work_dir("full", 0) == full  # a rerun of the same recipe resumes
+    assert zoo.work_dir("full", 1) != full
+    assert zoo.work_dir("smoke", 0) != full
+    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", 1)
+    assert zoo.work_dir("full", 0) != full  # a changed stage never reuses a stale seed model or calibration data
+    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", 30000)
+    monkeypatch.setattr(tasks, "VERSION", tasks.VERSION + 1)
+    assert zoo.work_dir("full", 0) != full
+
+
 def test_load_pair_rejects_unknown_names_and_bad_combinations():
     with pytest.raises(ValueError, match="unknown pair 'toy-xx'; known pairs: toy-mt, toy-sum"):
         models.load_pair("toy-xx")
