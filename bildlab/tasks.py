@@ -97,10 +97,14 @@ def _check_name(name):
 # cache
 
 
+def cache_root():
+    """bildlab's cache folder: $BILDLAB_CACHE, or ~/.cache/bildlab."""
+    return os.environ.get("BILDLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bildlab")
+
+
 def cache_dir():
     """The folder holding cached toy splits: $BILDLAB_CACHE/tasks or ~/.cache/bildlab/tasks."""
-    root = os.environ.get("BILDLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bildlab")
-    return os.path.join(root, "tasks")
+    return os.path.join(cache_root(), "tasks")
 
 
 def cache_path(name, split):

@@ -136,8 +136,7 @@ def work_dir(profile_name: str, seed: int) -> Path:
     """The folder of a build's intermediate files (the seed model, calibration data, training checkpoints), named by
     a digest of the recipe (profile, task VERSION, seed, architectures): a changed recipe never resumes from them."""
     recipe = json.dumps([PROFILES[profile_name], tasks.VERSION, seed, ARCHS], sort_keys=True)
-    cache = Path(os.environ.get("BILDLAB_CACHE") or Path.home() / ".cache" / "bildlab")
-    return cache / "zoo-work" / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    return Path(tasks.cache_root()) / "zoo-work" / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
 def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, progress: bool = True,

@@ -147,9 +147,11 @@ def test_zoo_work_folder_changes_with_the_recipe(tmp_path, monkeypatch):
     assert zoo.work_dir("full", 0) == full  # a rerun of the same recipe resumes
     assert zoo.work_dir("full", 1) != full
     assert zoo.work_dir("smoke", 0) != full
-    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", 1)
+    seed_sum = zoo.PROFILES["full"]["seed_sum"]
+    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", seed_sum + 1)
     assert zoo.work_dir("full", 0) != full  # a changed stage never reuses a stale seed model or calibration data
-    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", 30000)
+    monkeypatch.setitem(zoo.PROFILES["full"], "seed_sum", seed_sum)
+    assert zoo.work_dir("full", 0) == full
     monkeypatch.setattr(tasks, "VERSION", tasks.VERSION + 1)
     assert zoo.work_dir("full", 0) != full
 
