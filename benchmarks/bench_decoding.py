@@ -3,6 +3,7 @@
     python benchmarks/bench_decoding.py                       # the toy-mt pair from the shipped zoo
     python benchmarks/bench_decoding.py --pair random         # a tiny random T5 pair (engine overhead only)
     python benchmarks/bench_decoding.py --n 100 --k 4 --threads 1
+    python benchmarks/bench_decoding.py --device cuda --dtype bfloat16   # on a GPU (timings synchronize CUDA)
 
 Same pair, same inputs, interleaved after a warm-up, in one run; prints tokens/s, ratios, tokens per large call and
 whether the lossless methods gave identical outputs. Exits non-zero if a lossless method differs from greedy.
@@ -13,14 +14,17 @@ import sys
 
 import torch
 
-from bildlab.benchmark import LOSSLESS, compare, random_pair
+from bildlab.benchmark import LOSSLESS, METHODS, compare, random_pair
 
 
-def zoo_pair(name, n):
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def zoo_pair(name, n, device, dtype):
     import bildlab
 
-    pair = bildlab.load_pair(name)
-    examples = bildlab.load_task(name, "test", limit=n)
+    pair = bildlab.load_pair(name, device=device, dtype=dtype)
+    examples = bildlab.load_task(pair.task, "test", limit=n)
     inputs = [pair.encode(ex["source"]) for ex in examples]
     return pair.large, pair.small, inputs
 
@@ -35,27 +39,39 @@ def main(argv=None):
     ap.add_argument("--fallback", type=float, default=0.6)
     ap.add_argument("--rollback", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help=f"comma-separated, among {', '.join(METHODS)} (default: all)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES), help="model weights (default float32)")
     args = ap.parse_args(argv)
+    methods = tuple(args.methods.split(","))
+    if "hf_greedy" not in methods or not set(methods) <= set(METHODS):
+        ap.error(f"--methods must include hf_greedy (the reference) and be among {', '.join(METHODS)}; "
+                 f"got {args.methods!r}")
     torch.set_num_threads(args.threads)
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
     if args.pair == "random":
         large, small, inputs = random_pair()
+        large, small = large.to(device, dtype), small.to(device, dtype)
+        inputs = [x.to(device) for x in inputs]
     else:
-        large, small, inputs = zoo_pair(args.pair, args.n + args.warmup)
+        large, small, inputs = zoo_pair(args.pair, args.n + args.warmup, device, dtype)
     inputs = inputs[: args.n + args.warmup]
-    result = compare(large, small, inputs, warmup=args.warmup,
+    result = compare(large, small, inputs, methods, warmup=args.warmup,
                      max_new_tokens=args.max_new_tokens, k=args.k, fallback=args.fallback, rollback=args.rollback,
                      progress=True)
     print(f"pair={args.pair} inputs={len(inputs) - args.warmup} (+{args.warmup} warm-up) k={args.k} "
-          f"fallback={args.fallback} rollback={args.rollback} threads={args.threads} device={large.device}")
+          f"fallback={args.fallback} rollback={args.rollback} threads={args.threads} device={large.device} "
+          f"dtype={args.dtype}")
     rows = result.table()
     header = list(rows[0])
     print(" | ".join(f"{h:>22}" for h in header))
     for row in rows:
         print(" | ".join(f"{str(row[h]):>22}" for h in header))
-    spec_vs_assisted = result.ratio("speculative", "hf_assisted")
-    greedy_vs_hf = result.ratio("greedy", "hf_greedy")
-    print(f"bildlab speculative / HF assisted: {spec_vs_assisted:.2f}x   bildlab greedy / HF greedy: {greedy_vs_hf:.2f}x")
-    differ = [name for name in LOSSLESS if not result.identical(name)]
+    for name, baseline in (("speculative", "hf_assisted"), ("greedy", "hf_greedy")):
+        if name in methods and baseline in methods:
+            print(f"bildlab {name} / HF {baseline[3:]}: {result.ratio(name, baseline):.2f}x")
+    differ = [name for name in LOSSLESS if name in methods and not result.identical(name)]
     if differ:
         print("NOT IDENTICAL to greedy:", ", ".join(differ))
         return 1

@@ -9,10 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 
 from .decoding import _clock, generate
 
+METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
 LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
+
+
+def _transformers_version() -> tuple[int, int]:
+    major, minor = transformers.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
 def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:
@@ -70,26 +77,31 @@ class Result:
         return rows
 
 
-def compare(large, small, inputs: list[torch.Tensor], methods=("hf_greedy", "hf_assisted", "greedy", "speculative",
-            "bild"), *, max_new_tokens: int = 64, eos=None, warmup: int = 2, progress: bool = False,
-            **policy) -> Result:
-    """Time every method on every input, interleaved (the method order rotates per input), after `warmup` inputs
-    decoded by every method and not counted. `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_new_tokens: int = 64, eos=None,
+            warmup: int = 2, progress: bool = False, **policy) -> Result:
+    """Time every method on every input after the first `warmup` ones (decoded by every method and not counted),
+    interleaved (the method order rotates per input). `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+    if "hf_assisted" in methods and large.config.is_encoder_decoder and _transformers_version() < (5, 22):
+        raise RuntimeError(f"Hugging Face assisted generation of encoder-decoder models fails inside transformers < "
+                           f"5.22 (found {transformers.__version__}): upgrade transformers, or leave 'hf_assisted' "
+                           f"out of methods")
+    if not 0 <= warmup < len(inputs):
+        raise ValueError(f"warmup must be in [0, len(inputs)) = [0, {len(inputs)}); got {warmup}")
     if eos is None:
         eos = large.generation_config.eos_token_id
     result = Result()
     for name in methods:
         result.seconds[name], result.tokens[name], result.outputs[name], result.large_calls[name] = 0.0, 0, [], 0
-    for x in inputs[:warmup]:
-        for name in methods:
-            run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
     device = inputs[0].device
-    items = enumerate(inputs)
+    items = enumerate(inputs[warmup:])
     if progress:
         from tqdm.auto import tqdm
 
-        items = tqdm(items, total=len(inputs), desc="benchmark")
+        items = tqdm(items, total=len(inputs) - warmup, desc="benchmark")
     with torch.inference_mode():
+        for x in inputs[:warmup]:
+            for name in methods:
+                run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
         for i, x in items:
             order = methods[i % len(methods):] + methods[: i % len(methods)]
             for name in order:

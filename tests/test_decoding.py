@@ -439,3 +439,38 @@ def test_bad_input_ids(models, input_ids, error, words):
         bildlab.generate(large, input_ids, small=drafts["random"], method="speculative")
     for w in words:
         assert w in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The side-by-side benchmark
+
+
+@pytest.mark.parametrize("arch", ["t5", "llama"])
+def test_benchmark_times_only_inputs_after_warmup(models, arch):
+    from bildlab.benchmark import LOSSLESS as BENCH_LOSSLESS, _transformers_version, compare
+
+    if arch == "t5" and _transformers_version() < (5, 22):
+        pytest.skip("HF assisted generation of encoder-decoder models crashes in transformers < 5.22")
+    large, drafts = models[arch]
+    inputs = [prompt(seed) for seed in range(3)]
+    result = compare(large, drafts["perturbed"], inputs, warmup=1, max_new_tokens=8, eos=[])
+    for name in result.seconds:
+        assert len(result.outputs[name]) == 2 and result.tokens[name] == 16 and result.seconds[name] > 0
+    assert [hf_greedy(large, x, 8, []) for x in inputs[1:]] == result.outputs["hf_greedy"]
+    assert all(result.identical(name) for name in BENCH_LOSSLESS)
+    assert {row["method"] for row in result.table()} == set(result.seconds)
+    for warmup in (-1, 3):
+        with pytest.raises(ValueError, match=r"warmup must be in \[0, len\(inputs\)\) = \[0, 3\)"):
+            compare(large, drafts["perturbed"], inputs, warmup=warmup)
+
+
+def test_benchmark_refuses_hf_assisted_where_transformers_breaks_it(models, monkeypatch):
+    import bildlab.benchmark as bench
+
+    monkeypatch.setattr(bench, "_transformers_version", lambda: (5, 21))
+    large, drafts = models["t5"]
+    with pytest.raises(RuntimeError, match=r"transformers < 5\.22 .*leave 'hf_assisted' out of methods"):
+        bench.compare(large, drafts["random"], [prompt(0), prompt(1)], warmup=1)
+    large, drafts = models["llama"]  # decoder-only models are not affected
+    result = bench.compare(large, drafts["random"], [prompt(0), prompt(1)], warmup=1, max_new_tokens=4)
+    assert result.identical("hf_assisted")

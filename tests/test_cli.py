@@ -1,0 +1,60 @@
+"""The command line and the benchmark script, on the shipped zoo and a random pair (short runs)."""
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from bildlab.cli import main
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decoding.py"
+
+
+@pytest.mark.parametrize("pair", ["random", "toy-mt-llama"])
+def test_demo_decodes_with_every_method(pair, capsys):
+    assert main(["demo", "--pair", pair, "--n", "1", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    for method in ("greedy", "speculative", "bild"):
+        assert f"{method:>12}: " in out
+    for method in ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild"):
+        assert f"'method': '{method}'" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["demo", "--n", "0"], ["--n", "integer >= 1", "'0'"]),
+    (["demo", "--n", "x"], ["--n", "integer >= 1"]),
+    (["zoo", "--profile", "huge"], ["--profile", "'full'", "'smoke'"]),
+])
+def test_bad_arguments_name_the_option(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+def test_demo_unknown_pair_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown pair 'nope'; known pairs: toy-mt, toy-sum, toy-mt-llama"):
+        main(["demo", "--pair", "nope"])
+
+
+def run_bench(monkeypatch, *argv) -> int:
+    monkeypatch.setattr(sys, "argv", [str(BENCH), *argv])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(BENCH), run_name="__main__")
+    return e.value.code
+
+
+def test_bench_script_on_the_decoder_only_pair(monkeypatch, capsys):
+    code = run_bench(monkeypatch, "--pair", "toy-mt-llama", "--n", "1", "--warmup", "1", "--max-new-tokens", "6",
+                     "--methods", "hf_greedy,greedy,speculative")
+    out = capsys.readouterr().out
+    assert code == 0 and "lossless methods: identical outputs" in out
+    assert "pair=toy-mt-llama inputs=1 (+1 warm-up)" in out and "dtype=float32" in out
+    assert "bildlab greedy / HF greedy: " in out and "HF assisted" not in out
+
+
+def test_bench_script_rejects_methods_without_the_reference(monkeypatch, capsys):
+    assert run_bench(monkeypatch, "--methods", "greedy,speculative") == 2
+    assert "--methods must include hf_greedy" in capsys.readouterr().err
