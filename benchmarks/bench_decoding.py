@@ -24,9 +24,7 @@ def zoo_pair(name, n, device, dtype):
     import bildlab
 
     pair = bildlab.load_pair(name, device=device, dtype=dtype)
-    examples = bildlab.load_task(pair.task, "test", limit=n)
-    inputs = [pair.encode(ex["source"]) for ex in examples]
-    return pair.large, pair.small, inputs
+    return pair.large, pair.small, pair.inputs("test", limit=n)
 
 
 def main(argv=None):

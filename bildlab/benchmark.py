@@ -18,8 +18,9 @@ LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all giv
 
 
 def _transformers_version() -> tuple[int, int]:
-    major, minor = transformers.__version__.split(".")[:2]
-    return int(major), int(minor)
+    from packaging.version import Version  # a dependency of transformers; copes with "5.22.0.dev0", "5.22rc1"
+
+    return Version(transformers.__version__).release[:2]
 
 
 def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:

@@ -20,11 +20,11 @@ def _demo(args) -> int:
     if args.pair == "random":
         large, small, inputs = random_pair(args.n + 1)
     else:
-        from . import load_pair, load_task
+        from . import load_pair
 
         pair = load_pair(args.pair)
         large, small = pair.large, pair.small
-        inputs = [pair.encode(ex["source"]) for ex in load_task(pair.task, "test", limit=args.n + 1)]
+        inputs = pair.inputs("test", limit=args.n + 1)
     torch.set_num_threads(args.threads)
     x = inputs[0]
     for method in ("greedy", "speculative", "bild"):

@@ -64,6 +64,12 @@ class Pair:
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
 
+    def inputs(self, split: str = "test", limit: int | None = None) -> list[torch.Tensor]:
+        """The encoded sources of this pair's own task (not the pair's name: `toy-mt-llama` runs on `toy-mt`)."""
+        from .tasks import load_task
+
+        return [self.encode(ex["source"]) for ex in load_task(self.task, split, limit=limit)]
+
 
 def zoo_dir() -> Path:
     """The shipped toy zoo: data/zoo next to the package (or $BILDLAB_ZOO)."""

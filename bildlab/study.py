@@ -311,10 +311,9 @@ def assisted_side_by_side(pair: str = "toy-mt-llama", *, limit: int = 10, k: int
     interleaved after a warm-up (timed now, not cached)."""
     from . import benchmark
     from .models import load_pair
-    from .tasks import load_task
 
     p = load_pair(pair, device=device)
-    inputs = [p.encode(ex["source"]) for ex in load_task(task_of(pair), split, limit=(limit or 100) + 2)]
+    inputs = p.inputs(split, limit=(limit or 100) + 2)
     result = benchmark.compare(p.large, p.small, inputs, max_new_tokens=max_new_tokens, k=k, fallback=fallback,
                                rollback=rollback, warmup=2)
     return _frame(result.table()), result
