@@ -5,8 +5,9 @@
     python benchmarks/bench_decoding.py --n 100 --k 4 --threads 1
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16   # on a GPU (timings synchronize CUDA)
 
-Same pair, same inputs, interleaved after a warm-up, in one run; prints tokens/s, ratios, tokens per large call and
-whether the lossless methods gave identical outputs. Exits non-zero if a lossless method differs from greedy.
+Same pair, same inputs, under bildlab's one timing protocol (warm-up, fixed threads, rotating order), in one run;
+prints tokens/s, ratios, tokens per large call and whether the lossless methods gave identical outputs. Exits
+non-zero if a lossless method differs from greedy.
 """
 
 import argparse
@@ -31,12 +32,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", default="toy-mt", help="a zoo pair name, or 'random' (default: toy-mt)")
     ap.add_argument("--n", type=int, default=40, help="timed inputs (default 40)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up inputs (default 3)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up decodes of the first inputs (default 3)")
+    ap.add_argument("--repeats", type=int, default=1, help="timings per input and method, median kept (default 1)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4, help="draft length for speculative / assisted (default 4)")
     ap.add_argument("--fallback", type=float, default=0.6)
     ap.add_argument("--rollback", type=float, default=5.0)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help=f"comma-separated, among {', '.join(METHODS)} (default: all)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
@@ -46,19 +48,18 @@ def main(argv=None):
     if "hf_greedy" not in methods or not set(methods) <= set(METHODS):
         ap.error(f"--methods must include hf_greedy (the reference) and be among {', '.join(METHODS)}; "
                  f"got {args.methods!r}")
-    torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     if args.pair == "random":
         large, small, inputs = random_pair()
         large, small = large.to(device, dtype), small.to(device, dtype)
         inputs = [x.to(device) for x in inputs]
     else:
-        large, small, inputs = zoo_pair(args.pair, args.n + args.warmup, device, dtype)
-    inputs = inputs[: args.n + args.warmup]
-    result = compare(large, small, inputs, methods, warmup=args.warmup,
+        large, small, inputs = zoo_pair(args.pair, args.n, device, dtype)
+    inputs = inputs[: args.n]
+    result = compare(large, small, inputs, methods, warmup=args.warmup, threads=args.threads, repeats=args.repeats,
                      max_new_tokens=args.max_new_tokens, k=args.k, fallback=args.fallback, rollback=args.rollback,
                      progress=True)
-    print(f"pair={args.pair} inputs={len(inputs) - args.warmup} (+{args.warmup} warm-up) k={args.k} "
+    print(f"pair={args.pair} inputs={len(inputs)} (after {args.warmup} warm-up decodes) k={args.k} "
           f"fallback={args.fallback} rollback={args.rollback} threads={args.threads} device={large.device} "
           f"dtype={args.dtype}")
     rows = result.table()

@@ -1,5 +1,5 @@
 """Side-by-side timing of decoders on the same pair and inputs: Hugging Face `generate` (greedy and assisted) and
-bildlab's methods, interleaved after a warm-up so that machine drift hits every method alike.
+bildlab's methods, under the one timing protocol (`timing`), so that machine drift hits every method alike.
 
 Only ratios measured in one run mean anything on a shared machine; absolute times are reported, never asserted.
 """
@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from .decoding import _clock, generate
+from . import timing
+from .decoding import generate
 
 METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
 LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
@@ -25,8 +26,9 @@ def _transformers_version() -> tuple[int, int]:
 
 def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:
     """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step, constant schedule,
-    no confidence threshold); the new tokens only."""
-    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+    no confidence threshold); the new tokens only. Plain greedy whatever the checkpoint's generation config says
+    (num_beams=1, no sampling)."""
+    kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   pad_token_id=large.generation_config.pad_token_id or 0)
     if assistant is not None:
         kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
@@ -79,42 +81,33 @@ class Result:
 
 
 def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_new_tokens: int = 64, eos=None,
-            warmup: int = 2, progress: bool = False, **policy) -> Result:
-    """Time every method on every input after the first `warmup` ones (decoded by every method and not counted),
-    interleaved (the method order rotates per input). `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+            warmup: int = 2, threads: int | None = 1, repeats: int = 1, progress: bool = False, **policy) -> Result:
+    """Time every method on every input under the one protocol (`timing.interleave`: `warmup` untimed decodes of the
+    first inputs, fixed threads, the method order rotating per input, the median of `repeats`). `policy` is passed
+    on (k, fallback, rollback, max_small_steps)."""
     if "hf_assisted" in methods and large.config.is_encoder_decoder and _transformers_version() < (5, 22):
         raise RuntimeError(f"Hugging Face assisted generation of encoder-decoder models fails inside transformers < "
                            f"5.22 (found {transformers.__version__}): upgrade transformers, or leave 'hf_assisted' "
                            f"out of methods")
-    if not 0 <= warmup < len(inputs):
-        raise ValueError(f"warmup must be in [0, len(inputs)) = [0, {len(inputs)}); got {warmup}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValueError(f"methods must be among {', '.join(METHODS)}; got {list(methods)!r}")
+    if not inputs:
+        raise ValueError("inputs must not be empty")
     if eos is None:
         eos = large.generation_config.eos_token_id
+    runners = {name: (lambda name: lambda x, i: run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos,
+                                                     **policy))(name) for name in methods}
+    rows = timing.interleave(inputs, runners, warmup=warmup, threads=threads, repeats=repeats,
+                             progress="benchmark" if progress else False)
     result = Result()
     for name in methods:
-        result.seconds[name], result.tokens[name], result.outputs[name], result.large_calls[name] = 0.0, 0, [], 0
-    device = inputs[0].device
-    items = enumerate(inputs[warmup:])
-    if progress:
-        from tqdm.auto import tqdm
-
-        items = tqdm(items, total=len(inputs) - warmup, desc="benchmark")
-    with torch.inference_mode():
-        for x in inputs[:warmup]:
-            for name in methods:
-                run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
-        for i, x in items:
-            order = methods[i % len(methods):] + methods[: i % len(methods)]
-            for name in order:
-                t0 = _clock(device)
-                tokens, stats = run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy)
-                result.seconds[name] += _clock(device) - t0
-                result.tokens[name] += len(tokens)
-                result.outputs[name].append(tokens)
-                result.large_calls[name] += stats.get("large_calls", 0)
-    for name in methods:
-        if not result.large_calls[name]:
-            del result.large_calls[name]
+        result.seconds[name] = sum(row[name]["seconds"] for row in rows)
+        result.tokens[name] = sum(len(row[name]["tokens"]) for row in rows)
+        result.outputs[name] = [row[name]["tokens"] for row in rows]
+        calls = sum(row[name]["stats"].get("large_calls", 0) for row in rows)
+        if calls:
+            result.large_calls[name] = calls
     return result
 
 

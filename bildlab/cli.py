@@ -32,7 +32,7 @@ def _demo(args) -> int:
         st = out.stats
         print(f"{method:>12}: {len(out.tokens)} tokens, {st['large_calls']} large calls, {st['small_tokens']} from "
               f"the small model, {st['seconds'] * 1000:.0f} ms")
-    result = compare(large, small, inputs, max_new_tokens=args.max_new_tokens, warmup=1)  # times n
+    result = compare(large, small, inputs[1:], max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads)
     for row in result.table():
         print(row)
     return 0

@@ -24,11 +24,12 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+
+from .timing import clock as _clock
 
 METHODS = ("greedy", "sample", "speculative", "bild")
 
@@ -91,12 +92,6 @@ def _forward_kwargs(cls: type) -> tuple[str, bool]:
     """How this model class takes its cache (renamed during transformers 5.x) and whether it can skip logits."""
     params = inspect.signature(cls.forward).parameters
     return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
-
-
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 # ----------------------------------------------------------------------------------------------------------------------

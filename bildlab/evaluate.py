@@ -1,37 +1,46 @@
-"""Evaluation harness: one method with one policy over a task split for a pair, timed side by side with the vanilla
-large model, scored, and kept as one JSON record per run in a registry.
+"""Evaluation harness: a sweep of decoding policies over a task split for a pair, timed under the one protocol
+(`timing`) side by side with ONE vanilla run per example, scored with paired-bootstrap intervals (`summary`), and
+kept as one JSON record per policy in the registry (`registry`).
 
-    run = evaluate("toy-mt", method="bild", fallback=0.5, rollback=3.0, limit=50)
-    run["summary"]   # score, baseline_score, speedup, small_share, large_calls_per_token, mean_accepted, ...
+    runs = sweep("toy-mt", [{"fallback": 0.5, "rollback": 3.0}, {"fallback": 0.7, "rollback": 3.0}], limit=300)
+    run = evaluate("toy-mt", method="bild", fallback=0.5, rollback=3.0, limit=300)   # a sweep of one
+    run["summary"]   # score, delta, speedup (each with a 95% interval), identical, truncated, small_share, ...
 
-Timing: batch size 1, a warm-up excluded, the vanilla baseline (Hugging Face greedy `generate`) and the method
-interleaved example by example (their order alternating) so that machine drift hits both alike, a CUDA sync before
-every clock read on GPU. The registry key holds everything that determines a run (pair, task, split, limit, method,
-policy, seed, versions, model files); a record is written atomically and reused, so a rerun is instant and an
-interrupted sweep resumes; a corrupt record is reported and recomputed.
+For every example, the vanilla large model in bildlab's own loop (the primary denominator: same loop, so a speedup
+is the method's), transformers' `generate` (the secondary denominator: what a user would otherwise run) and every
+policy of the sweep that has no record yet run round-robin in a rotating order; a sweep of G new policies costs
+G + 2 decodes per example (G + 1 with hf_baseline=False). Speculative sampling is compared with the large model
+sampling alone (same temperature, same seed per example) instead.
+
+The registry key holds everything that determines a run (pair, task, split, limit, method, draft, policy, seed,
+max_new_tokens, device, the protocol's thread count and repeats, the timing pass, versions, model files); a second,
+independent timing of the same policies is `timing_pass=2`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
-import warnings
+import time
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from . import __version__, metrics, tasks
-from .atomic import atomic_path
+from . import __version__, tasks, timing
 from .benchmark import hf_generate
-from .decoding import _clock, check_policy, generate
+from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
+from .registry import DEFAULT_REGISTRY, Registry, digest
+from .summary import pareto, summarize  # noqa: F401  (pareto: part of the harness's interface)
 
 DRAFTS = ("small", "aligned", "early-exit")
-BASELINES = ("hf_greedy", "greedy")  # the vanilla large model: transformers' generate, or bildlab's loop
-DEFAULT_REGISTRY = "results"
+METHODS = ("greedy", "speculative", "bild", "small")  # "small": the draft model alone (greedy), an anchor
+POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "do_sample", "temperature")
+CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
+DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10, do_sample=False,
+                temperature=1.0)
 
 
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, do_sample: bool = False,
@@ -44,8 +53,37 @@ def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_s
     return {}
 
 
-def check_run(pair: str, task: str, method: str, split: str, limit, draft: str, baseline: str, **policy) -> None:
-    """Every argument of a run, checked before any model loads."""
+def check_entry(pair: str, entry: dict) -> None:
+    """One policy of a sweep, checked before any model loads."""
+    unknown = sorted(set(entry) - set(POLICY_ARGS))
+    if unknown:
+        raise ValueError(f"unknown policy argument(s) {', '.join(unknown)}; a policy takes {', '.join(POLICY_ARGS)}")
+    e = {**DEFAULTS, **entry}
+    method, draft = e["method"], e["draft"]
+    if method == "sample":
+        raise ValueError("method='sample' is the sampling baseline itself; evaluate method='speculative' with "
+                         "do_sample=True to compare speculative sampling with it")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    if draft not in DRAFTS:
+        raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {draft!r}")
+    if draft == "aligned" and pair in TOY_PAIRS and TOY_PAIRS[pair][2] is None:
+        raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
+    if draft == "early-exit" and not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("t5")):
+        raise ValueError(f"draft='early-exit' is for the toy T5 pairs; pair {pair!r} has no early exit")
+    if not isinstance(e["do_sample"], bool):
+        raise TypeError(f"do_sample must be True or False; got {e['do_sample']!r}")
+    if e["do_sample"] and method != "speculative":
+        raise ValueError(f"do_sample=True is for method='speculative' (speculative sampling); got method={method!r}")
+    t = e["temperature"]
+    if e["do_sample"] and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
+        raise ValueError(f"temperature must be a number > 0; got {t!r}")
+    check_policy("greedy" if method == "small" else method, k=e["k"], fallback=e["fallback"],
+                 rollback=e["rollback"], max_small_steps=e["max_small_steps"])
+
+
+def check_run(pair: str, task: str, split: str, limit, max_new_tokens, seed, hf_baseline, timing_pass) -> None:
+    """The arguments shared by the policies of a sweep, checked before any model loads."""
     if pair not in PAIRS:
         raise ValueError(f"pair must be one of {', '.join(PAIRS)}; got {pair!r}")
     if task not in tasks.ALL_TASKS:
@@ -54,18 +92,13 @@ def check_run(pair: str, task: str, method: str, split: str, limit, draft: str, 
         raise ValueError(f"split must be one of {', '.join(tasks.SPLITS)}; got {split!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be None or an integer >= 1; got {limit!r}")
-    if draft not in DRAFTS:
-        raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {draft!r}")
-    if draft == "aligned" and pair in TOY_PAIRS and TOY_PAIRS[pair][2] is None:
-        raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
-    if draft == "early-exit" and not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("t5")):
-        raise ValueError(f"draft='early-exit' is for the toy T5 pairs; pair {pair!r} has no early exit")
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}; got {baseline!r}")
-    if method == "sample":
-        raise ValueError("method='sample' is the sampling baseline itself; evaluate method='speculative' with "
-                         "do_sample=True to compare speculative sampling with it")
-    check_policy(method, **policy)
+    check_policy("greedy", max_new_tokens=max_new_tokens)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int; got {seed!r}")
+    if not isinstance(hf_baseline, bool):
+        raise TypeError(f"hf_baseline must be True or False; got {hf_baseline!r}")
+    if isinstance(timing_pass, bool) or not isinstance(timing_pass, int) or timing_pass < 1:
+        raise ValueError(f"timing_pass must be an integer >= 1; got {timing_pass!r}")
 
 
 @lru_cache(maxsize=4)
@@ -86,176 +119,209 @@ def _fingerprint(name: str, draft: str, root: str) -> str:
     return h.hexdigest()[:16]
 
 
-def run_key(pair, task, method, split, limit, draft, baseline, seed, max_new_tokens, policy, device) -> dict:
+def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, max_new_tokens: int, device: str,
+            threads, repeats: int, hf_baseline: bool, timing_pass: int) -> dict:
+    """The registry key of one policy of a sweep: everything that determines its record."""
     import transformers
 
-    return {"pair": pair, "task": task, "split": split, "limit": limit, "method": method, "draft": draft,
-            "policy": policy, "baseline": baseline, "seed": seed, "max_new_tokens": max_new_tokens,
-            "device": device, "bildlab": __version__, "torch": torch.__version__,
-            "transformers": transformers.__version__, "models": _fingerprint(pair, draft, str(zoo_dir()))}
+    e = {**DEFAULTS, **entry}
+    policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
+                       e["temperature"])
+    draft = e["draft"] if e["method"] in ("speculative", "bild", "small") else None
+    return {"pair": pair, "task": task, "split": split, "limit": limit, "method": e["method"], "draft": draft,
+            "policy": policy, "baseline": "sample" if e["do_sample"] else "greedy",
+            "secondary": "hf_greedy" if hf_baseline and not e["do_sample"] else None, "seed": seed,
+            "max_new_tokens": max_new_tokens, "device": device, "threads": threads, "repeats": repeats,
+            "timing_pass": timing_pass, "bildlab": __version__, "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "models": _fingerprint(pair, draft or "small", str(zoo_dir()))}
 
 
-class Registry:
-    """One JSON file per run under `root`, named by a hash of its key."""
-
-    def __init__(self, root: str | os.PathLike = DEFAULT_REGISTRY):
-        self.root = Path(root)
-
-    def path(self, key: dict) -> Path:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        return self.root / key["pair"] / key["task"] / f"{key['method']}-{digest}.json"
-
-    def get(self, key: dict) -> dict | None:
-        path = self.path(key)
-        if not path.exists():
-            return None
-        try:
-            record = json.loads(path.read_text())
-            if record.get("key") != key or "summary" not in record or "examples" not in record:
-                raise ValueError("key or fields do not match")
-            return record
-        except (OSError, ValueError) as e:
-            warnings.warn(f"corrupt results record {path} ({e}); recomputing it", stacklevel=3)
-            return None
-
-    def put(self, key: dict, record: dict) -> Path:
-        path = self.path(key)
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(record, indent=1))
-        return path
-
-    def records(self) -> list[dict]:
-        out = []
-        for path in sorted(self.root.rglob("*.json")):
-            try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                warnings.warn(f"corrupt results record {path}; skipped", stacklevel=2)
-        return out
+def evaluate(pair: str, task: str | None = None, method: str = "bild", *, draft: str = "small", k: int = 4,
+             fallback: float = 0.6, rollback: float = 5.0, max_small_steps: int = 10, do_sample: bool = False,
+             temperature: float = 1.0, check_only: bool = False, **run) -> dict | None:
+    """One policy: a sweep of one (see `sweep` for the run arguments). check_only=True validates and returns None."""
+    entry = dict(method=method, draft=draft, k=k, fallback=fallback, rollback=rollback,
+                 max_small_steps=max_small_steps, do_sample=do_sample, temperature=temperature)
+    records = sweep(pair, [entry], task=task, check_only=check_only, **run)
+    return None if check_only else records[0]
 
 
-def evaluate(pair: str, task: str | None = None, method: str = "bild", *, split: str = "test", limit: int | None = 50,
-             draft: str = "small", k: int = 4, fallback: float = 0.6, rollback: float = 5.0,
-             max_small_steps: int = 10, max_new_tokens: int = 128, seed: int = 0, baseline: str = "hf_greedy",
-             do_sample: bool = False, temperature: float = 1.0, warmup: int = 2,
-             registry: str | os.PathLike | Registry | None = DEFAULT_REGISTRY, force: bool = False,
-             device: str = "cpu", progress: bool = True, check_only: bool = False) -> dict | None:
-    """Run (or reuse from the registry) one evaluation; returns its record (see the module docstring).
+def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = "test", limit: int | None = 50,
+          max_new_tokens: int = 128, seed: int = 0, warmup: int = 2, threads: int | None = 1, repeats: int = 1,
+          hf_baseline: bool = True, timing_pass: int = 1,
+          registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
+          progress: bool = True, check_only: bool = False, **common) -> list[dict] | None:
+    """Evaluate every policy of `grid` (dicts of POLICY_ARGS over `common`) on the same examples; one record each.
 
-    With do_sample=True (method "speculative" only) the baseline is the large model sampling alone (bildlab's
-    "sample", same temperature, seed per example), and the comparison is of speed and of sample quality.
-    With check_only=True every argument is validated and nothing runs (returns None)."""
-    task = task or task_of(pair)
-    policy = policy_of(method, k, fallback, rollback, max_small_steps, do_sample, temperature)
-    check_run(pair, task, method, split, limit, draft, baseline, max_new_tokens=max_new_tokens, k=k,
-              fallback=fallback, rollback=rollback, max_small_steps=max_small_steps)
-    if do_sample and method != "speculative":
-        raise ValueError(f"do_sample=True is for method='speculative' (speculative sampling); got method={method!r}")
-    if do_sample and not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a number > 0; got {temperature!r}")
-    if do_sample:
-        baseline = "sample"
+    Every entry is checked before anything runs. Policies with a record in the registry are not rerun; the others
+    are timed together, interleaved with one vanilla run per example (module docstring). Finished examples are
+    checkpointed, so an interrupted sweep resumes where it stopped; records appear whole or not at all."""
+    task = task or (task_of(pair) if pair in PAIRS else None)
+    if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
+        raise ValueError(f"grid must be a non-empty list of policy dicts; got {grid!r}")
+    check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
+    timing.check(threads, repeats, warmup)
+    entries = [{**DEFAULTS, **common, **e} for e in grid]
+    for e in entries:
+        check_entry(pair, e)
     if check_only:
         return None
-    key = run_key(pair, task, method, split, limit, draft, baseline, seed, max_new_tokens, policy, device)
+    keys = [run_key(pair, task, split, limit, e, seed=seed, max_new_tokens=max_new_tokens, device=device,
+                    threads=threads, repeats=repeats, hf_baseline=hf_baseline, timing_pass=timing_pass)
+            for e in entries]
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
-    if reg is not None and not force:
-        record = reg.get(key)
-        if record is not None:
-            return record
+    found = [None if reg is None or force else reg.get(key) for key in keys]
+    todo = [i for i, rec in enumerate(found) if rec is None]
+    todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
+    if todo:
+        made = _run(pair, task, split, limit, [entries[i] for i in todo], [keys[i] for i in todo], reg,
+                    seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
+                    hf_baseline=hf_baseline, device=device, progress=progress)
+        for i, rec in zip(todo, made):
+            found[i] = rec
+    return [found[i] if found[i] is not None else found[keys.index(keys[i])] for i in range(len(keys))]
 
-    p = _pair(pair, draft, device, str(zoo_dir()))
-    examples = tasks.load_task(task, split, limit=limit)
-    inputs = [p.encode(ex["source"]) for ex in examples]
-    eos = p.large.generation_config.eos_token_id
-    torch.manual_seed(seed)
 
-    def base(x, i):
-        if baseline == "hf_greedy":
-            return hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos), {}
-        out = generate(p.large, x, method="sample" if do_sample else "greedy", max_new_tokens=max_new_tokens,
-                       temperature=temperature, seed=seed + i)
-        return out.tokens, out.stats
+def _truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
+    return len(tokens) >= max_new_tokens and not (tokens and tokens[-1] in eos)
 
-    def meth(x, i):
-        out = generate(p.large, x, small=p.small, method=method, max_new_tokens=max_new_tokens, k=k,
-                       fallback=fallback, rollback=rollback, max_small_steps=max_small_steps, do_sample=do_sample,
-                       temperature=temperature, seed=seed + i if do_sample else None)
-        return out.tokens, out.stats
 
-    with torch.inference_mode():
-        for x in inputs[:warmup]:
-            base(x, 0)
-            meth(x, 0)
-        rows = []
-        items = range(len(inputs))
-        if progress:
-            from tqdm.auto import tqdm
+def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, warmup, threads, repeats,
+         hf_baseline, device, progress) -> list[dict]:
+    """Time the policies `entries` together with one vanilla run per example; build, store and return records."""
+    spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, seed=seed,
+                max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
+                hf_baseline=hf_baseline, device=device, zoo=str(zoo_dir()))
+    sweep_key = {"keys": keys, "runners": runner_names(entries, hf_baseline)}
+    n = len(tasks.load_task(task, split, limit=limit))
+    done = reg.load_partial(sweep_key) if reg is not None else {}
+    rest = [i for i in range(n) if i not in done]
+    saved = [time.monotonic()]
 
-            items = tqdm(items, desc=f"{pair} {method} {policy or ''}".strip(), leave=False)
-        for i in items:
-            timed = {}
-            for name, fn in ((("base", base), ("meth", meth)) if i % 2 == 0 else (("meth", meth), ("base", base))):
-                t0 = _clock(inputs[i].device)
-                tokens, stats = fn(inputs[i], i)
-                timed[name] = (tokens, stats, _clock(inputs[i].device) - t0)
-            tokens, stats, seconds = timed["meth"]
-            base_tokens, _, base_seconds = timed["base"]
-            rows.append({"output": p.decode(tokens), "tokens": len(tokens), "seconds": seconds,
-                         "baseline_output": p.decode(base_tokens), "baseline_tokens": len(base_tokens),
-                         "baseline_seconds": base_seconds, "identical": tokens == base_tokens,
-                         "stats": stats})
-    record = {"key": key, "summary": summarize(task, rows, [ex["target"] for ex in examples]), "examples": rows,
-              "host": platform.node(), "threads": torch.get_num_threads()}
+    def checkpoint(i, row):  # the finished examples, on disk every CHECKPOINT_SECONDS
+        done[i] = row
+        if reg is not None and time.monotonic() - saved[0] > CHECKPOINT_SECONDS:
+            reg.save_partial(sweep_key, done)
+            saved[0] = time.monotonic()
+
+    label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
+    try:
+        if rest:
+            time_shard(spec, rest, progress=label if progress else False, on_row=checkpoint)
+    finally:
+        if reg is not None and len(done) < n and done:
+            reg.save_partial(sweep_key, done)  # interrupted: keep what finished
+    records = build_records(spec, keys, done, sweep=digest(sweep_key))
     if reg is not None:
-        reg.put(key, record)
-    return record
+        for key, record in zip(keys, records):
+            reg.put(key, record)
+        reg.drop_partial(sweep_key)
+    return records
 
 
-def summarize(task: str, rows: list[dict], references: list[str]) -> dict:
-    metric = tasks.task_metric(task)
-    tokens = sum(r["tokens"] for r in rows)
-    small = sum(r["stats"].get("small_tokens", 0) for r in rows)
-    large_calls = sum(r["stats"].get("large_calls", 0) for r in rows)
-    drafted = sum(r["stats"].get("drafted", 0) for r in rows)
-    accepted = sum(r["stats"].get("accepted", 0) for r in rows)
-    seconds = sum(r["seconds"] for r in rows)
-    base_seconds = sum(r["baseline_seconds"] for r in rows)
-    return {
-        "metric": metric,
-        "score": round(metrics.score(metric, [r["output"] for r in rows], references), 3),
-        "baseline_score": round(metrics.score(metric, [r["baseline_output"] for r in rows], references), 3),
-        "speedup": round(base_seconds / seconds, 4),
-        "tokens_per_second": round(tokens / seconds, 2),
-        "baseline_tokens_per_second": round(sum(r["baseline_tokens"] for r in rows) / base_seconds, 2),
-        "small_share": round(small / max(tokens, 1), 4),
-        "large_calls_per_token": round(large_calls / max(tokens, 1), 4),
-        "mean_accepted": round(tokens / max(large_calls, 1), 4),  # tokens per large call (Spec-Bench's measure)
-        "acceptance": round(accepted / drafted, 4) if drafted else None,
-        "identical": round(sum(r["identical"] for r in rows) / len(rows), 4),
-        "examples": len(rows),
-        "tokens": tokens,
-    }
+def runner_names(entries: list[dict], hf_baseline: bool) -> list[str]:
+    """The runners of a sweep, in their base order: the vanilla ones (each once), then one per policy."""
+    names = ["greedy"]
+    if hf_baseline and any(not e["do_sample"] for e in entries):
+        names.append("hf_greedy")
+    names += [f"sample@{t}" for t in sorted({float(e["temperature"]) for e in entries if e["do_sample"]})]
+    return names + [f"policy{n}" for n in range(len(entries))]
 
 
-def sweep(pair: str, grid: list[dict], *, progress: bool = True, **common) -> list[dict]:
-    """Evaluate every policy in `grid` (dicts of evaluate() arguments over `common`); all are checked first, so a bad
-    entry fails before anything runs; finished runs come from the registry, so an interrupted sweep resumes."""
-    for entry in grid:
-        evaluate(pair, **{**common, **entry}, check_only=True)
-    items = grid
-    if progress:
-        from tqdm.auto import tqdm
+def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, on_row=None) -> dict[int, dict]:
+    """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
+    {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
+    every shard warms up on its own first examples."""
+    pair, entries, mnt, seed = spec["pair"], spec["entries"], spec["max_new_tokens"], spec["seed"]
+    pairs = {d: _pair(pair, d, spec["device"], spec["zoo"]) for d in sorted({e["draft"] for e in entries})}
+    p = next(iter(pairs.values()))
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    inputs = [p.encode(examples[i]["source"]) for i in indices]
+    hf_eos = p.large.generation_config.eos_token_id
+    runners = {}
+    for name in runner_names(entries, spec["hf_baseline"]):
+        if name == "greedy":
+            runners[name] = lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=mnt))
+        elif name == "hf_greedy":
+            runners[name] = lambda x, i: (hf_generate(p.large, x, max_new_tokens=mnt, eos=hf_eos), {})
+        elif name.startswith("sample@"):
+            runners[name] = (lambda t: lambda x, i: _result(generate(
+                p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i)))(float(name[7:]))
+        else:
+            e = entries[int(name[6:])]
+            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt)
+    done = {}
 
-        items = tqdm(grid, desc=f"sweep {pair}")
-    return [evaluate(pair, **{**common, **entry}, progress=False) for entry in items]
+    def keep(i, row):
+        done[i] = row
+        if on_row is not None:
+            on_row(i, row)
+
+    timing.interleave(inputs, runners, warmup=min(spec["warmup"], len(inputs)), threads=spec["threads"],
+                      repeats=spec["repeats"], indices=list(indices), progress=progress, on_row=keep)
+    return done
 
 
-def pareto(records: list[dict]) -> list[dict]:
-    """The records on the speed-quality Pareto front (no other record is both faster and better)."""
-    def key(r):
-        return r["summary"]["speedup"], r["summary"]["score"]
+def machine(device: str) -> dict:
+    """Where a shard was timed (speedups are compared only within one device)."""
+    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "device_name": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else "cpu"}
 
-    front = [r for r in records
-             if not any(key(o)[0] >= key(r)[0] and key(o)[1] >= key(r)[1] and key(o) != key(r) for o in records)]
-    return sorted(front, key=lambda r: r["summary"]["speedup"])
+
+def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
+                  machines: dict | None = None) -> list[dict]:
+    """One record per policy from the timed rows of every example (`done`, {index: row}); `machines` maps an
+    example index to where it was timed (default: this machine, for all)."""
+    pair, mnt = spec["pair"], spec["max_new_tokens"]
+    p = _pair(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    missing = [i for i in range(len(examples)) if i not in done]
+    if missing:
+        raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
+    eos = _eos_ids(p.large, None)
+    references = [ex["target"] for ex in examples]
+    names = runner_names(spec["entries"], spec["hf_baseline"])
+    here = machine(spec["device"])
+    records = []
+    for n, (e, key) in enumerate(zip(spec["entries"], keys)):
+        base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
+        rows = []
+        for i in range(len(examples)):
+            r, b, h = done[i][f"policy{n}"], done[i][base], done[i].get("hf_greedy") if not e["do_sample"] else None
+            rows.append({"output": p.decode(r["tokens"]), "tokens": len(r["tokens"]), "seconds": r["seconds"],
+                         "stats": r["stats"], "truncated": _truncated(r["tokens"], mnt, eos),
+                         "baseline_output": p.decode(b["tokens"]), "baseline_tokens": len(b["tokens"]),
+                         "baseline_seconds": b["seconds"], "baseline_truncated": _truncated(b["tokens"], mnt, eos),
+                         "identical": r["tokens"] == b["tokens"],
+                         "hf_seconds": h["seconds"] if h else None,
+                         "hf_identical": h["tokens"] == b["tokens"] if h else None})
+        records.append({"key": key, "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
+                        "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
+                                     "interleaved_with": names, "sweep": sweep},
+                        "machine": here if machines is None else machines, "examples": rows})
+    return records
+
+
+def _result(out) -> tuple[list[int], dict]:
+    return out.tokens, out.stats
+
+
+def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
+    if e["method"] == "small":  # the draft model alone: an anchor of the study
+        return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
+    if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
+        return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens))
+    return lambda x, i: _result(generate(
+        p.large, x, small=p.small, method=e["method"], max_new_tokens=max_new_tokens, k=e["k"],
+        fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
+        do_sample=e["do_sample"], temperature=e["temperature"], seed=seed + i if e["do_sample"] else None))
+
+
+def _label(e: dict) -> str:
+    """e.g. 'bild fb=0.5 rb=3 (small)', for progress bars."""
+    if e["method"] == "bild":
+        return f"bild fb={e['fallback']:g} rb={e['rollback']:g} ({e['draft']})"
+    if e["method"] == "speculative":
+        return f"speculative k={e['k']}" + (f" sampling T={e['temperature']:g}" if e["do_sample"] else "")
+    return e["method"]

@@ -36,7 +36,13 @@ _ROUGE_SCORER = None
 
 
 def rouge_l(hypotheses, references):
-    """Mean rougeLsum F-measure x 100, with the Porter stemmer.
+    """Mean rougeLsum F-measure x 100, with the Porter stemmer (see `rouge_l_each`)."""
+    scores = rouge_l_each(hypotheses, references)
+    return sum(scores) / len(scores)
+
+
+def rouge_l_each(hypotheses, references):
+    """rougeLsum F-measure x 100 of every hypothesis, with the Porter stemmer.
 
     rougeLsum treats lines as sentences, so each text is first split into
     sentences with ``split_sentences`` and re-joined with newlines.
@@ -47,11 +53,8 @@ def rouge_l(hypotheses, references):
         from rouge_score import rouge_scorer  # slow import (nltk), only when needed
 
         _ROUGE_SCORER = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
-    total = 0.0
-    for hyp, ref in zip(hypotheses, references):
-        scores = _ROUGE_SCORER.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))
-        total += scores["rougeLsum"].fmeasure
-    return 100.0 * total / len(hypotheses)
+    return [100.0 * _ROUGE_SCORER.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))["rougeLsum"]
+            .fmeasure for hyp, ref in zip(hypotheses, references)]
 
 
 def score(metric, hypotheses, references):
@@ -75,3 +78,38 @@ def _check_pairs(hypotheses, references):
                          f"got {len(hypotheses)} hypotheses and {len(references)} references")
     if not hypotheses:
         raise ValueError("hypotheses and references must not be empty")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-example data, from which the corpus score of any resample of examples is computed (bootstrap intervals)
+
+
+def sentence_data(metric, hypotheses, references):
+    """What the corpus score is made of, one row per example: sacrebleu's sufficient statistics for BLEU
+    (sys_len, ref_len, correct[4], total[4]), the rougeLsum F-measure x 100 for ROUGE-L."""
+    import numpy as np
+
+    _check_pairs(hypotheses, references)
+    if metric == "bleu":
+        from sacrebleu.metrics import BLEU
+
+        return np.asarray(BLEU()._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.int64)
+    if metric == "rougeL":
+        return np.asarray(rouge_l_each(hypotheses, references), dtype=float)
+    raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
+
+
+def corpus(metric, data, idx):
+    """The corpus score of each resample: `idx` is an [r, n] array of example indices into `sentence_data` rows;
+    BLEU sums the statistics and lets sacrebleu score them, ROUGE-L averages. Equals `score` on idx = arange(n)."""
+    import numpy as np
+
+    idx = np.atleast_2d(idx)
+    if metric == "bleu":
+        from sacrebleu.metrics import BLEU
+
+        bleu = BLEU()
+        return np.array([bleu._compute_score_from_stats(row.tolist()).score for row in np.asarray(data)[idx].sum(-2)])
+    if metric == "rougeL":
+        return np.asarray(data, dtype=float)[idx].mean(-1)
+    raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")

@@ -302,22 +302,18 @@ def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]],
 
 
 def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
-    """Per-token greedy latency in ms at batch 1 (bildlab's greedy loop), models interleaved, after a warm-up."""
+    """Per-token greedy latency in ms at batch 1 (bildlab's greedy loop) under the one timing protocol: one thread,
+    a warm-up, the models interleaved in a rotating order; each model decodes its own prompts[i] for input i."""
     from .decoding import generate
+    from .timing import interleave
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    seconds = {name: 0.0 for name in models}
-    tokens = {name: 0 for name in models}
-    for name, (model, prompts) in models.items():
-        generate(model, prompts[0], max_new_tokens=8, eos_token_id=[])
-    for i in range(n):
-        for name, (model, prompts) in models.items():
-            out = generate(model, prompts[i], max_new_tokens=max_new_tokens, eos_token_id=[])
-            seconds[name] += out.stats["seconds"]
-            tokens[name] += len(out.tokens)
-    torch.set_num_threads(threads)
-    return {name: round(1000 * seconds[name] / tokens[name], 3) for name in models}
+    def runner(model, prompts):
+        return lambda x, i: (generate(model, prompts[i], max_new_tokens=max_new_tokens, eos_token_id=[]).tokens, {})
+
+    first = next(iter(models.values()))[1]
+    rows = interleave(first[:n], {name: runner(*mp) for name, mp in models.items()}, warmup=1, threads=1)
+    return {name: round(1000 * sum(r[name]["seconds"] for r in rows) / sum(len(r[name]["tokens"]) for r in rows), 3)
+            for name in models}
 
 
 def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:

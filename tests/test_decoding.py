@@ -446,7 +446,7 @@ def test_bad_input_ids(models, input_ids, error, words):
 
 
 @pytest.mark.parametrize("arch", ["t5", "llama"])
-def test_benchmark_times_only_inputs_after_warmup(models, arch):
+def test_benchmark_times_every_input_under_the_protocol(models, arch):
     from bildlab.benchmark import LOSSLESS as BENCH_LOSSLESS, _transformers_version, compare
 
     if arch == "t5" and _transformers_version() < (5, 22):
@@ -455,13 +455,14 @@ def test_benchmark_times_only_inputs_after_warmup(models, arch):
     inputs = [prompt(seed) for seed in range(3)]
     result = compare(large, drafts["perturbed"], inputs, warmup=1, max_new_tokens=8, eos=[])
     for name in result.seconds:
-        assert len(result.outputs[name]) == 2 and result.tokens[name] == 16 and result.seconds[name] > 0
-    assert [hf_greedy(large, x, 8, []) for x in inputs[1:]] == result.outputs["hf_greedy"]
+        assert len(result.outputs[name]) == 3 and result.tokens[name] == 24 and result.seconds[name] > 0
+    assert [hf_greedy(large, x, 8, []) for x in inputs] == result.outputs["hf_greedy"]
     assert all(result.identical(name) for name in BENCH_LOSSLESS)
     assert {row["method"] for row in result.table()} == set(result.seconds)
-    for warmup in (-1, 3):
-        with pytest.raises(ValueError, match=r"warmup must be in \[0, len\(inputs\)\) = \[0, 3\)"):
-            compare(large, drafts["perturbed"], inputs, warmup=warmup)
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0"):
+        compare(large, drafts["perturbed"], inputs, warmup=-1)
+    with pytest.raises(ValueError, match="methods must be among"):
+        compare(large, drafts["perturbed"], inputs, methods=("hf_greedy", "beam"))
 
 
 def test_benchmark_refuses_hf_assisted_where_transformers_breaks_it(models, monkeypatch):

@@ -14,13 +14,22 @@ def test_a_run_is_recorded_and_reused(fake_zoo, tmp_path, monkeypatch):
     run = ev.evaluate("toy-mt", method="speculative", k=3, registry=reg, **FAST)
     s = run["summary"]
     assert s["examples"] == 6 and s["metric"] == "bleu"
-    assert s["identical"] == 1.0  # greedy speculative decoding equals the HF greedy baseline
+    assert s["identical"] == 1.0 and s["identical_count"] == 6  # greedy speculative decoding equals vanilla greedy
+    assert s["hf_identical"] == 1.0  # ... and the vanilla loop equals transformers' greedy generate
+    assert s["delta"] == 0 and s["delta_ci"] == [0, 0]
     assert s["tokens"] == sum(r["tokens"] for r in run["examples"]) > 0
     assert s["small_share"] == pytest.approx(sum(r["stats"]["small_tokens"] for r in run["examples"]) / s["tokens"],
                                              abs=1e-4)
     assert s["mean_accepted"] == pytest.approx(s["tokens"] / sum(r["stats"]["large_calls"] for r in run["examples"]),
                                                abs=1e-4)
-    assert s["speedup"] > 0 and s["baseline_score"] == s["score"]
+    assert s["speedup"] == pytest.approx(sum(r["baseline_seconds"] for r in run["examples"]) /
+                                         sum(r["seconds"] for r in run["examples"]), rel=1e-3)
+    assert s["speedup_ci"][0] <= s["speedup"] <= s["speedup_ci"][1]
+    assert s["speedup_hf"] == pytest.approx(sum(r["hf_seconds"] for r in run["examples"]) /
+                                            sum(r["seconds"] for r in run["examples"]), rel=1e-3)
+    assert run["key"]["baseline"] == "greedy" and run["key"]["secondary"] == "hf_greedy"
+    assert run["protocol"]["threads"] == 1 and run["protocol"]["interleaved_with"] == ["greedy", "hf_greedy",
+                                                                                        "policy0"]
     files = list(reg.rglob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["key"]["policy"] == {"k": 3}
 
@@ -29,16 +38,67 @@ def test_a_run_is_recorded_and_reused(fake_zoo, tmp_path, monkeypatch):
     assert ev.evaluate("toy-mt", method="speculative", k=3, registry=reg, **FAST) == run
 
 
-def test_the_key_separates_runs_and_ignores_unused_parameters(fake_zoo, tmp_path):
-    reg = ev.Registry(tmp_path / "results")
-    key = lambda **kw: ev.run_key("toy-mt", "toy-mt", kw.pop("method", "bild"), "test", 6, "small", "hf_greedy", 0,  # noqa: E731
-                                  8, ev.policy_of(kw.pop("method2", "bild"), 4, kw.get("fb", 0.6), 5.0, 10), "cpu")
-    assert reg.path(key(fb=0.5)) != reg.path(key(fb=0.6))
+def _count_decodes(monkeypatch):
+    """Count generate calls by kind: the vanilla large model alone, transformers' generate, the policies."""
+    calls = {"vanilla": 0, "hf": 0, "policy": 0}
+    real, real_hf = ev.generate, ev.hf_generate
+
+    def counted(model, x, **kw):
+        calls["vanilla" if kw.get("method") == "greedy" and kw.get("small") is None else "policy"] += 1
+        return real(model, x, **kw)
+
+    def counted_hf(*a, **kw):
+        calls["hf"] += 1
+        return real_hf(*a, **kw)
+
+    monkeypatch.setattr(ev, "generate", counted)
+    monkeypatch.setattr(ev, "hf_generate", counted_hf)
+    return calls
+
+
+def test_a_sweep_decodes_the_vanilla_model_once_per_example(fake_zoo, tmp_path, monkeypatch):
+    calls = _count_decodes(monkeypatch)
+    grid = [{"fallback": f, "rollback": r} for f in (0.3, 0.6, 0.9) for r in (1.0, 4.0)]
+    runs = ev.sweep("toy-mt", grid, registry=tmp_path, **{**FAST, "warmup": 0})
+    assert len(runs) == 6 and calls == {"vanilla": 6, "hf": 6, "policy": 36}
+    vanilla = [[e["baseline_output"] for e in r["examples"]] for r in runs]
+    assert all(v == vanilla[0] for v in vanilla)  # one vanilla run, shared by every policy
+    assert len({r["protocol"]["sweep"] for r in runs}) == 1
+
+    # a later sweep with one new policy reruns only that one, interleaved with a fresh vanilla run
+    calls.update(vanilla=0, hf=0, policy=0)
+    more = ev.sweep("toy-mt", grid + [{"fallback": 0.5, "rollback": 2.0}], registry=tmp_path, **{**FAST, "warmup": 0})
+    assert more[:6] == runs and calls == {"vanilla": 6, "hf": 6, "policy": 6}
+    assert [e["baseline_output"] for e in more[6]["examples"]] == vanilla[0]
+
+    # without the secondary denominator a sweep of G policies costs G + 1 decodes per example
+    calls.update(vanilla=0, hf=0, policy=0)
+    lone = ev.sweep("toy-mt", grid[:2], registry=tmp_path, hf_baseline=False, **{**FAST, "warmup": 0})
+    assert calls == {"vanilla": 6, "hf": 0, "policy": 12} and lone[0]["summary"]["speedup_hf"] is None
+
+
+def test_warmup_decodes_are_not_timed_and_threads_are_recorded(fake_zoo, tmp_path, monkeypatch):
+    calls = _count_decodes(monkeypatch)
+    run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, threads=2, **{**FAST, "warmup": 2})
+    assert calls == {"vanilla": 8, "hf": 8, "policy": 8} and len(run["examples"]) == 6
+    assert run["key"]["threads"] == 2 and run["protocol"]["warmup"] == 2
+
+
+def test_the_key_separates_runs_and_ignores_unused_parameters(fake_zoo):
+    def key(entry, **kw):
+        run = dict(seed=0, max_new_tokens=8, device="cpu", threads=1, repeats=1, hf_baseline=True, timing_pass=1)
+        return ev.run_key("toy-mt", "toy-mt", "test", 6, entry, **{**run, **kw})
+
+    reg = ev.Registry("results")
+    assert reg.path(key({"fallback": 0.5})) != reg.path(key({"fallback": 0.6}))
+    assert reg.path(key({})) != reg.path(key({}, timing_pass=2)) != reg.path(key({}, threads=2))
+    assert reg.path(key({})) != reg.path(key({}, repeats=3))
     assert ev.policy_of("speculative", 4, 0.1, 2.0, 3) == ev.policy_of("speculative", 4, 0.9, 7.0, 5) == {"k": 4}
     assert ev.policy_of("greedy", 2, 0.1, 2.0, 3) == {}
-    k = key()
+    k = key({})
     for field in ("pair", "task", "split", "limit", "method", "policy", "seed", "bildlab", "torch", "transformers",
-                  "models", "draft", "baseline", "max_new_tokens", "device"):
+                  "models", "draft", "baseline", "secondary", "max_new_tokens", "device", "threads", "repeats",
+                  "timing_pass"):
         assert field in k
 
 
@@ -59,40 +119,66 @@ def test_force_recomputes(fake_zoo, tmp_path):
     second = ev.evaluate("toy-mt", method="greedy", registry=reg, force=True, **FAST)
     assert second["examples"][0]["seconds"] != first["examples"][0]["seconds"]
     assert [r["output"] for r in second["examples"]] == [r["output"] for r in first["examples"]]
+    assert first["summary"]["identical"] == 1.0  # the A/A check: the large model against itself
 
 
-def test_an_interrupted_sweep_leaves_no_partial_record_and_resumes(fake_zoo, tmp_path, monkeypatch):
+def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(fake_zoo, tmp_path, monkeypatch):
     reg = tmp_path / "results"
     grid = [{"fallback": 0.2}, {"fallback": 0.5}, {"fallback": 0.8}]
+    monkeypatch.setattr(ev, "CHECKPOINT_SECONDS", 0)
     real = ev.generate
     calls = {"n": 0}
 
     def flaky(*a, **kw):
-        calls["n"] += 1
-        if kw.get("fallback") == 0.8 and calls["n"] > 3:
-            raise KeyboardInterrupt
+        if kw.get("fallback") == 0.8:
+            calls["n"] += 1
+            if calls["n"] == 5:  # the 0.8 policy on the 4th example (after one warm-up decode)
+                raise KeyboardInterrupt
         return real(*a, **kw)
 
     monkeypatch.setattr(ev, "generate", flaky)
     with pytest.raises(KeyboardInterrupt):
-        ev.sweep("toy-mt", grid, registry=reg, progress=False, **{k: v for k, v in FAST.items() if k != "progress"})
-    assert len(list(reg.rglob("*.json"))) == 2 and not list(reg.rglob("*.tmp-*"))
+        ev.sweep("toy-mt", grid, registry=reg, **FAST)
+    assert not [p for p in reg.rglob("*.json") if ".partial" not in p.parts] and not list(reg.rglob("*.tmp-*"))
+    (partial,) = reg.rglob(".partial/*.json")
+    assert sorted(json.loads(partial.read_text())["rows"]) == ["0", "1", "2"]
+
+    counted = _count_decodes(monkeypatch)
     monkeypatch.setattr(ev, "generate", real)
-    runs = ev.sweep("toy-mt", grid, registry=reg, progress=False, **{k: v for k, v in FAST.items() if k != "progress"})
+    runs = ev.sweep("toy-mt", grid, registry=reg, **{**FAST, "warmup": 0})
     assert [r["key"]["policy"]["fallback"] for r in runs] == [0.2, 0.5, 0.8]
-    assert len(list(reg.rglob("*.json"))) == 3
+    assert counted["hf"] == 3  # examples 3, 4, 5 only
+    assert all(len(r["examples"]) == 6 for r in runs)
+    assert len(list(reg.rglob("*.json"))) == 3 and not (reg / ".partial").exists()
+    fresh = ev.sweep("toy-mt", grid, registry=tmp_path / "fresh", **FAST)
+    assert [[e["output"] for e in r["examples"]] for r in fresh] == [[e["output"] for e in r["examples"]]
+                                                                     for r in runs]
+
+
+def test_outputs_that_hit_the_length_limit_are_counted(fake_zoo, tmp_path):
+    assert ev._truncated([5, 6], 2, frozenset({2})) and not ev._truncated([5, 2], 2, frozenset({2}))
+    assert not ev._truncated([5], 2, frozenset({2}))
+    run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, **{**FAST, "max_new_tokens": 2})
+    s, rows = run["summary"], run["examples"]
+    assert s["baseline_truncated"] == sum(e["baseline_truncated"] for e in rows) > 0
+    assert all(e["baseline_tokens"] == 2 for e in rows if e["baseline_truncated"])
+    assert s["examples_without_truncated"] == sum(not (e["truncated"] or e["baseline_truncated"]) for e in rows)
 
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(pair="toy-xx"), ["pair", "toy-mt"]),
     (dict(pair="toy-mt", task="toy-zz"), ["task", "toy-sum"]),
     (dict(pair="toy-mt", method="beam"), ["method", "'bild'"]),
+    (dict(pair="toy-mt", method="sample"), ["sampling baseline", "do_sample=True"]),
     (dict(pair="toy-mt", fallback=1.2), ["fallback", "[0, 1]"]),
     (dict(pair="toy-mt", rollback=-2.0), ["rollback", ">= 0"]),
     (dict(pair="toy-mt", split="dev"), ["split", "validation"]),
     (dict(pair="toy-mt", limit=0), ["limit"]),
     (dict(pair="toy-mt", draft="tiny"), ["draft", "early-exit"]),
-    (dict(pair="toy-mt", baseline="beam"), ["baseline", "hf_greedy"]),
+    (dict(pair="toy-mt", threads=0), ["threads", ">= 1"]),
+    (dict(pair="toy-mt", repeats=0), ["repeats", ">= 1"]),
+    (dict(pair="toy-mt", timing_pass=0), ["timing_pass", ">= 1"]),
+    (dict(pair="toy-mt", method="bild", do_sample=True), ["do_sample", "speculative"]),
 ])
 def test_bad_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs, words):
     monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
@@ -106,12 +192,5 @@ def test_a_bad_sweep_entry_fails_before_anything_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError, match="fallback"):
         ev.sweep("toy-mt", [{"fallback": 0.5}, {"fallback": 7.0}], registry=tmp_path, progress=False)
-
-
-def test_pareto_front():
-    def rec(speed, score):
-        return {"summary": {"speedup": speed, "score": score}}
-
-    records = [rec(1.0, 30), rec(1.5, 29), rec(1.4, 28), rec(2.0, 25), rec(2.0, 24), rec(0.9, 30)]
-    assert [(r["summary"]["speedup"], r["summary"]["score"]) for r in ev.pareto(records)] == [
-        (1.0, 30), (1.5, 29), (2.0, 25)]
+    with pytest.raises(ValueError, match="unknown policy argument.*fallbak"):
+        ev.sweep("toy-mt", [{"fallbak": 0.5}], registry=tmp_path, progress=False)

@@ -1,0 +1,146 @@
+"""What a record says, with its uncertainty: scores, quality change and speedups with 95% paired-bootstrap intervals
+over the examples (`intervals`), the share of outputs identical to the vanilla large model, degenerate outputs, and
+what the speedup is made of (small-model share, tokens per large call, acceptance).
+
+    s = summarize(rows, references, metric="bleu", max_new_tokens=128)
+    s["speedup"], s["speedup_ci"]          # primary denominator: the large model alone in bildlab's own loop
+    s["speedup_hf"], s["speedup_hf_ci"]    # secondary: transformers' generate (None where it was not run)
+    s["delta"], s["delta_ci"]              # quality change against vanilla, paired
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import metrics
+from .intervals import covers, interval, ratio_of_sums
+
+LN2 = float(np.log(2.0))  # below this rollback threshold every disagreement is rolled back: the output is greedy's
+
+
+def _round(x, n=4):
+    return None if x is None else round(float(x), n)
+
+
+def _ci(lo_hi, n=4):
+    return [_round(lo_hi[0], n), _round(lo_hi[1], n)]
+
+
+def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
+    """The summary of one record's per-example rows (see evaluate: output, tokens, seconds, stats, truncated,
+    baseline_output, baseline_tokens, baseline_seconds, baseline_truncated, identical, hf_seconds)."""
+    n = len(rows)
+    if n == 0:
+        raise ValueError("rows must not be empty")
+    ours = metrics.sentence_data(metric, [r["output"] for r in rows], references)
+    base = metrics.sentence_data(metric, [r["baseline_output"] for r in rows], references)
+    full = np.arange(n)[None]
+    score, base_score = float(metrics.corpus(metric, ours, full)[0]), float(metrics.corpus(metric, base, full)[0])
+    t = np.array([r["seconds"] for r in rows])
+    tb = np.array([r["baseline_seconds"] for r in rows])
+    tok = np.array([r["tokens"] for r in rows], dtype=float)
+    tokb = np.array([r["baseline_tokens"] for r in rows], dtype=float)
+    truncated = np.array([bool(r["truncated"]) for r in rows])
+    base_truncated = np.array([bool(r["baseline_truncated"]) for r in rows])
+    identical = int(sum(bool(r["identical"]) for r in rows))
+
+    def speed_per_token(idx):  # tokens per second of the method over the baseline's
+        return ratio_of_sums(tok, t, idx) / ratio_of_sums(tokb, tb, idx)
+
+    s = {
+        "metric": metric,
+        "examples": n,
+        "score": _round(score, 3),
+        "score_ci": _ci(interval(lambda i: metrics.corpus(metric, ours, i), n), 3),
+        "baseline_score": _round(base_score, 3),
+        "baseline_score_ci": _ci(interval(lambda i: metrics.corpus(metric, base, i), n), 3),
+        "delta": _round(score - base_score, 3),
+        "delta_ci": _ci(interval(lambda i: metrics.corpus(metric, ours, i) - metrics.corpus(metric, base, i), n), 3),
+        "identical": round(identical / n, 4),  # share of outputs identical to the vanilla large model's
+        "identical_count": identical,
+        "speedup": _round(tb.sum() / t.sum()),
+        "speedup_ci": _ci(interval(lambda i: ratio_of_sums(tb, t, i), n)),
+        "speedup_tokens_per_second": _round(speed_per_token(full)[0]),
+        "speedup_tokens_per_second_ci": _ci(interval(speed_per_token, n)),
+        "truncated": int(truncated.sum()),  # outputs that ran to max_new_tokens without EOS
+        "baseline_truncated": int(base_truncated.sum()),
+    }
+    keep = np.flatnonzero(~(truncated | base_truncated))  # examples where neither output ran to the limit
+    s["examples_without_truncated"] = int(len(keep))
+    if 0 < len(keep) < n:
+        s["speedup_without_truncated"] = _round(tb[keep].sum() / t[keep].sum())
+        s["speedup_without_truncated_ci"] = _ci(interval(lambda i: ratio_of_sums(tb[keep], t[keep], i), len(keep)))
+    else:
+        s["speedup_without_truncated"] = s["speedup"] if len(keep) == n else None
+        s["speedup_without_truncated_ci"] = s["speedup_ci"] if len(keep) == n else None
+    if all(r.get("hf_seconds") is not None for r in rows):
+        th = np.array([r["hf_seconds"] for r in rows])
+        s["speedup_hf"] = _round(th.sum() / t.sum())
+        s["speedup_hf_ci"] = _ci(interval(lambda i: ratio_of_sums(th, t, i), n))
+        s["hf_identical"] = round(sum(bool(r["hf_identical"]) for r in rows) / n, 4)
+    else:
+        s["speedup_hf"] = s["speedup_hf_ci"] = s["hf_identical"] = None
+    stats = [r["stats"] for r in rows]
+    tokens = int(tok.sum())
+    large_calls = sum(x.get("large_calls", 0) for x in stats)
+    drafted = sum(x.get("drafted", 0) for x in stats)
+    s.update({
+        "tokens": tokens,
+        "tokens_per_second": _round(tok.sum() / t.sum(), 2),
+        "baseline_tokens_per_second": _round(tokb.sum() / tb.sum(), 2),
+        "small_share": round(sum(x.get("small_tokens", 0) for x in stats) / max(tokens, 1), 4),
+        "large_calls_per_token": round(large_calls / max(tokens, 1), 4),
+        "mean_accepted": round(tokens / max(large_calls, 1), 4),  # tokens per large call (Spec-Bench's measure)
+        "acceptance": round(sum(x.get("accepted", 0) for x in stats) / drafted, 4) if drafted else None,
+    })
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading summaries
+
+
+def fmt(value, ci, unit: str = "", digits: int = 2, signed: bool = False) -> str:
+    """'1.73x [1.65, 1.81]': a number with its 95% interval."""
+    if value is None:
+        return "–"
+    f = f"{{:{'+' if signed else ''}.{digits}f}}"
+    return f"{f.format(value)}{unit} [{f.format(ci[0])}, {f.format(ci[1])}]"
+
+
+def lossless(record: dict) -> bool:
+    """Every output identical to the vanilla large model's (counted, not 'within a tolerance')."""
+    return record["summary"]["identical_count"] == record["summary"]["examples"]
+
+
+def within(record: dict, tolerance: float) -> bool:
+    """Quality at most `tolerance` points below vanilla (point estimate: used to choose on validation)."""
+    return record["summary"]["delta"] >= -tolerance
+
+
+def choose(records: list[dict], tolerance: float | None) -> dict | None:
+    """The fastest record within `tolerance` points of vanilla (tolerance None: the fastest lossless one, every
+    output identical). Meant for validation records: the chosen policy is then reported on test."""
+    ok = [r for r in records if (lossless(r) if tolerance is None else within(r, tolerance))]
+    return max(ok, key=lambda r: r["summary"]["speedup"]) if ok else None
+
+
+def dominates(a: dict, b: dict) -> bool:
+    """a dominates b only where the intervals separate: a is faster (its speedup interval lies above b's) and not
+    worse (its quality-change interval does not lie below b's), or better (above) and not slower."""
+    sa, sb = a["summary"], b["summary"]
+    faster = sa["speedup_ci"][0] > sb["speedup_ci"][1]
+    not_slower = sa["speedup_ci"][1] >= sb["speedup_ci"][0]
+    better = sa["delta_ci"][0] > sb["delta_ci"][1]
+    not_worse = sa["delta_ci"][1] >= sb["delta_ci"][0]
+    return (faster and not_worse) or (better and not_slower)
+
+
+def pareto(records: list[dict]) -> list[dict]:
+    """The records that no other record dominates (intervals separate), by increasing speedup."""
+    front = [r for r in records if not any(dominates(o, r) for o in records if o is not r)]
+    return sorted(front, key=lambda r: r["summary"]["speedup"])
+
+
+def difference_covers_zero(record: dict) -> bool:
+    return covers(record["summary"]["delta_ci"], 0.0)

@@ -1,0 +1,142 @@
+"""The one timing protocol, the paired bootstrap intervals and what the study reads from summaries."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bildlab import intervals, metrics, summary, timing
+
+
+def test_runners_are_interleaved_in_a_rotating_order_after_an_untimed_warmup():
+    order = []
+
+    def runner(name):
+        def run(x, i):
+            order.append((name, i))
+            return [i], {}
+        return run
+
+    inputs = [torch.zeros(1, 1, dtype=torch.long)] * 4
+    rows = timing.interleave(inputs, {n: runner(n) for n in "abc"}, warmup=1)
+    assert order[:3] == [("a", 0), ("b", 0), ("c", 0)]  # the warm-up
+    timed = order[3:]
+    assert [n for n, _ in timed] == list("abc" "bca" "cab" "abc")  # the order rotates from input to input
+    assert [i for _, i in timed] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert len(rows) == 4 and all(set(r) == set("abc") and r["a"]["seconds"] >= 0 for r in rows)
+    assert [r["b"]["tokens"] for r in rows] == [[0], [1], [2], [3]]
+
+
+def test_repeats_keep_the_median_and_the_thread_count_is_fixed_then_restored(monkeypatch):
+    seen, ticks = [], iter([0, 1, 10, 13, 20, 22])  # three timings of one runner: 1, 3, 2 seconds
+
+    monkeypatch.setattr(timing, "clock", lambda device: next(ticks))
+    before = torch.get_num_threads()
+    rows = timing.interleave([torch.zeros(1, 1)], {"a": lambda x, i: (seen.append(torch.get_num_threads()) or [1],
+                                                                      {})}, warmup=0, repeats=3, threads=1)
+    assert rows[0]["a"]["seconds"] == 2 and seen == [1, 1, 1] and torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("kwargs, word", [(dict(threads=0), "threads"), (dict(repeats=0), "repeats"),
+                                          (dict(warmup=-1), "warmup")])
+def test_bad_protocol_settings_are_named(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        timing.interleave([torch.zeros(1, 1)], {"a": lambda x, i: ([], {})}, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Intervals on data whose answer is known
+
+
+def test_a_ratio_of_equal_times_covers_one_and_a_shifted_one_excludes_it():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.5, 2.0, 300)
+    same = base * rng.normal(1.0, 0.05, 300)  # the same times plus noise: no difference
+    lo, hi = intervals.interval(lambda i: intervals.ratio_of_sums(base, same, i), 300)
+    assert lo < 1.0 < hi and hi - lo < 0.02
+    faster = base / 1.5 * rng.normal(1.0, 0.05, 300)  # 1.5x faster
+    lo, hi = intervals.interval(lambda i: intervals.ratio_of_sums(base, faster, i), 300)
+    assert 1.45 < lo < 1.5 < hi < 1.55
+
+
+def test_interval_coverage_is_close_to_95_percent():
+    # the mean of N(0, 1) samples of 100: the interval covers the true mean 0 in about 95% of 200 datasets
+    rng = np.random.default_rng(2)
+    hits = 0
+    for _ in range(200):
+        x = rng.normal(0, 1, 100)
+        hits += intervals.covers(intervals.interval(lambda i: intervals.mean(x, i), 100, n_resamples=500))
+    assert 0.89 <= hits / 200 <= 0.99
+
+
+def test_paired_quality_differences_zero_and_shifted():
+    refs = [f"the cat number {i} sat on the mat today" for i in range(200)]
+    a = [r if i % 3 else r.replace("cat", "dog") for i, r in enumerate(refs)]
+    data = metrics.sentence_data("bleu", a, refs)
+    full = np.arange(200)[None]
+    assert metrics.corpus("bleu", data, full)[0] == pytest.approx(metrics.bleu(a, refs))
+    # identical systems: the paired difference is exactly 0 in every resample
+    assert intervals.interval(lambda i: metrics.corpus("bleu", data, i) - metrics.corpus("bleu", data, i), 200) \
+        == (0.0, 0.0)
+    # a system that breaks a further third of the sentences is worse, and the interval says so
+    b = [r if i % 3 != 1 else r.replace("mat", "rug").replace("sat", "lay") for i, r in enumerate(a)]
+    other = metrics.sentence_data("bleu", b, refs)
+    lo, hi = intervals.interval(lambda i: metrics.corpus("bleu", other, i) - metrics.corpus("bleu", data, i), 200)
+    assert hi < 0
+    # ROUGE-L: the mean of per-example F-measures
+    rl = metrics.sentence_data("rougeL", a, refs)
+    assert metrics.corpus("rougeL", rl, full)[0] == pytest.approx(metrics.rouge_l(a, refs))
+
+
+def _rows(n, speed=2.0, identical=True, truncate=()):
+    rows = []
+    for i in range(n):
+        out = " ".join(f"w{i + j}" for j in range(6))
+        rows.append({"output": out if identical or i % 2 else "x y z", "tokens": 3, "seconds": 0.1 / speed,
+                     "stats": {"small_tokens": 2, "large_calls": 1, "drafted": 3, "accepted": 2},
+                     "truncated": i in truncate, "baseline_output": out, "baseline_tokens": 3,
+                     "baseline_seconds": 0.1 * (10 if i in truncate else 1), "baseline_truncated": i in truncate,
+                     "identical": identical or bool(i % 2), "hf_seconds": 0.12, "hf_identical": True})
+    return rows
+
+
+def test_summary_of_rows_with_a_known_answer():
+    refs = [" ".join(f"w{i + j}" for j in range(6)) for i in range(40)]
+    s = summary.summarize(_rows(40), refs, metric="bleu")
+    assert s["speedup"] == pytest.approx(2.0) and s["speedup_ci"] == pytest.approx([2.0, 2.0])
+    assert s["speedup_hf"] == pytest.approx(2.4) and s["identical_count"] == 40 and s["delta_ci"] == [0, 0]
+    assert s["small_share"] == pytest.approx(2 / 3, abs=1e-4) and s["acceptance"] == pytest.approx(2 / 3, abs=1e-4)
+    # two examples whose vanilla output looped to the limit dominate the total time; reported with and without them
+    t = summary.summarize(_rows(40, truncate=(3, 7)), refs, metric="bleu")
+    assert t["truncated"] == 2 and t["baseline_truncated"] == 2 and t["examples_without_truncated"] == 38
+    assert t["speedup"] == pytest.approx((38 * 0.1 + 2 * 1.0) / (40 * 0.05))
+    assert t["speedup_without_truncated"] == pytest.approx(2.0)
+    # a lossy policy: half the outputs differ, the quality change is negative and its interval excludes 0
+    lossy = summary.summarize(_rows(40, identical=False), refs, metric="bleu")
+    assert lossy["identical_count"] == 20 and lossy["delta_ci"][1] < 0 and not summary.lossless({"summary": lossy})
+
+
+def _rec(speed, ci, delta, dci, identical=10):
+    return {"summary": {"speedup": speed, "speedup_ci": ci, "delta": delta, "delta_ci": dci, "examples": 10,
+                        "identical_count": identical}}
+
+
+def test_a_policy_is_dominated_only_where_intervals_separate():
+    a = _rec(2.0, [1.9, 2.1], 0.0, [-0.5, 0.5])
+    b = _rec(1.5, [1.4, 1.6], 0.0, [-0.5, 0.5])  # slower, same quality: dominated by a
+    c = _rec(1.95, [1.7, 2.2], -0.1, [-0.6, 0.4])  # overlaps a on both: not dominated
+    d = _rec(2.5, [2.4, 2.6], -3.0, [-4.0, -2.0])  # faster but worse: not dominated
+    assert summary.dominates(a, b) and not summary.dominates(a, c) and not summary.dominates(a, d)
+    assert summary.pareto([a, b, c, d]) == [c, a, d]
+
+
+def test_choose_takes_the_fastest_within_the_tolerance_or_lossless():
+    recs = [_rec(1.2, [1, 1.4], 0.0, [0, 0]), _rec(1.8, [1.6, 2], -0.9, [-2, 0], 7), _rec(2.5, [2, 3], -3, [-4, -2], 2)]
+    assert summary.choose(recs, None) is recs[0]
+    assert summary.choose(recs, 1.0) is recs[1]
+    assert summary.choose(recs, 5.0) is recs[2]
+    assert summary.choose(recs[1:], None) is None
+    assert summary.fmt(1.234, [1.1, 1.3], "x") == "1.23x [1.10, 1.30]"
+    assert summary.fmt(-0.5, [-1, 0.25], signed=True) == "-0.50 [-1.00, +0.25]"
+    assert math.isclose(summary.LN2, math.log(2))
