@@ -1,19 +1,29 @@
-"""Figures for the study: deterministic PNG + PDF files (no timestamps in their metadata), written atomically."""
+"""Figures for the study, for reports: error bars (95% intervals), N in the title, labelled points, legends outside
+the data, a 1x reference line; written as deterministic PNG + PDF files (no timestamps in their metadata), atomically.
+
+Importing this module never changes matplotlib's backend: in Jupyter the figures show inline, in a script they are
+drawn by whatever backend is active (agg when there is no display). Every figure is closed after it is drawn, so it
+appears once, where the notebook shows it.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .atomic import atomic_path  # noqa: E402
+from .atomic import atomic_path
 
 PNG_META = {"Software": None}
 PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+
+
+def _figure(width: float = 6.4, height: float = 4.0):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, height))
+    plt.close(fig)  # shown where the notebook displays it, not again at the end of the cell
+    return fig, ax
 
 
 def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
@@ -29,49 +39,82 @@ def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
     return paths
 
 
-def speed_quality(points: dict[str, list[tuple[float, float]]], *, metric: str, baseline: float | None = None,
-                  front: list[tuple[float, float]] | None = None, title: str = ""):
-    """Speedup (x) against quality (y), one marker style per series; the Pareto front as a line."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for label, pts in points.items():
-        if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=label, s=28)
+def _errors(values, cis):
+    """Error bar lengths below and above each value (a percentile interval may, rarely, sit beside its value)."""
+    return [[max(v - lo, 0) for v, (lo, hi) in zip(values, cis)], [max(hi - v, 0) for v, (lo, hi) in zip(values, cis)]]
+
+
+def _finish(ax, fig, title: str, legend: bool = True):
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.25)
+    if legend:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float | None = None,
+                  front: list[dict] | None = None, title: str = "", annotate: bool = True):
+    """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup, speedup_ci,
+    score, score_ci and an optional label; the Pareto front (points) is joined by a dashed line."""
+    fig, ax = _figure()
+    for color, (name, pts) in zip(COLORS, series.items()):
+        if not pts:
+            continue
+        xs, ys = [p["speedup"] for p in pts], [p["score"] for p in pts]
+        ax.errorbar(xs, ys, xerr=_errors(xs, [p["speedup_ci"] for p in pts]),
+                    yerr=_errors(ys, [p["score_ci"] for p in pts]), fmt="o", ms=4, color=color, ecolor=color,
+                    elinewidth=0.8, capsize=2, alpha=0.9, label=name)
+        if annotate:
+            for p in pts:
+                if p.get("label"):
+                    ax.annotate(p["label"], (p["speedup"], p["score"]), textcoords="offset points", xytext=(4, 3),
+                                fontsize=6, color=color)
     if front:
-        ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=1, label="Pareto front")
+        front = sorted(front, key=lambda p: p["speedup"])
+        ax.plot([p["speedup"] for p in front], [p["score"] for p in front], "k--", lw=0.8, label="Pareto front")
     if baseline is not None:
-        ax.axhline(baseline, color="grey", lw=0.8, ls=":", label="vanilla large")
-        ax.axvline(1.0, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("speedup over vanilla large (x)")
+        ax.axhline(baseline, color="grey", lw=0.8, ls=":", label="vanilla large model")
+    ax.axvline(1.0, color="black", lw=0.6, label="1x (vanilla speed)")
+    ax.set_xlabel("speedup over the vanilla large model (x)")
     ax.set_ylabel(metric)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(ax, fig, title)
 
 
-def bars(labels: list[str], series: dict[str, list[float]], *, ylabel: str, title: str = ""):
-    """Grouped bars: one group per label, one bar per series."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+def bars(labels: list[str], series: dict[str, list[float]], *, ylabel: str, title: str = "",
+         cis: dict[str, list] | None = None, reference: float | None = None):
+    """Grouped bars with optional 95% intervals: one group per label, one bar per series; NaN bars are left out."""
+    fig, ax = _figure(6.4, 3.8)
     width = 0.8 / max(len(series), 1)
-    for i, (name, values) in enumerate(series.items()):
-        ax.bar([j + i * width for j in range(len(labels))], values, width, label=name)
-    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(labels))], labels)
+    for i, (color, (name, values)) in enumerate(zip(COLORS, series.items())):
+        xs = [j + i * width for j in range(len(labels))]
+        err = None
+        if cis and cis.get(name):
+            err = _errors(values, [ci if ci else (v, v) for v, ci in zip(values, cis[name])])
+        ax.bar(xs, values, width, label=name, color=color, yerr=err, capsize=3, error_kw={"elinewidth": 0.8})
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(labels))], labels, fontsize=8,
+                  rotation=15, ha="right")
+    if reference is not None:
+        ax.axhline(reference, color="black", lw=0.6)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if len(series) > 1:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(ax, fig, title, legend=len(series) > 1)
 
 
-def lines(x: list[float], series: dict[str, list[float]], *, xlabel: str, ylabel: str, title: str = ""):
-    """One line per series over the same x values."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+def lines(x: list[float], series: dict[str, list[float]], *, xlabel: str, ylabel: str, title: str = "",
+          cis: dict[str, list] | None = None, reference: float | None = None):
+    """One line per series over the same x; a series whose name ends in 'expected' is dashed in the colour of its
+    'measured' partner (same prefix before ':'); 95% intervals as bands where given."""
+    fig, ax = _figure()
+    colors: dict[str, str] = {}
     for name, values in series.items():
-        ax.plot(x, values, marker="o", label=name)
+        group = name.split(":")[0]
+        color = colors.setdefault(group, COLORS[len(colors) % len(COLORS)])
+        dashed = name.endswith("expected")
+        ax.plot(x, values, ls="--" if dashed else "-", marker=None if dashed else "o", ms=4, color=color, label=name)
+        if cis and cis.get(name):
+            ax.fill_between(x, [c[0] for c in cis[name]], [c[1] for c in cis[name]], color=color, alpha=0.15, lw=0)
+    if reference is not None:
+        ax.axhline(reference, color="black", lw=0.6)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(ax, fig, title)

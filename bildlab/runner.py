@@ -58,6 +58,9 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
         if profile != "toy":  # paper runs keep their own registry and figures
             params.setdefault("registry", f"../results/{profile}")
             params.setdefault("figures", f"../figures/{profile}")
+        elif extra:  # other parameters: a run folder, never over the committed study
+            params.setdefault("registry", "../runs/toy/results")
+            params.setdefault("figures", "../runs/toy/figures")
         check_params(params, allowed)
         plan.append((name, path, params))
     stored = profile == "toy" and not extra
@@ -78,7 +81,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
                 os.replace(tmp, failed)  # keep the evidence, never under the finished name
                 print(f"[study] {name} failed; see {failed}", file=sys.stderr)
             raise
-        _strip_timings(tmp)
+        _clean(tmp)
         os.replace(tmp, target)
         written.append(target)
     if stored and set(chosen) == set(known):
@@ -86,45 +89,72 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     return written
 
 
-def _strip_timings(path: Path) -> None:
-    """Drop papermill's and Jupyter's clock readings so that a rerun with the same results gives the same file."""
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
+
+
+def _clean(path: Path) -> None:
+    """Make a rerun with the same results give the same file, and keep only what a reader needs: drop papermill's and
+    Jupyter's clock readings and machine paths, progress-bar frames (stderr text redrawn with carriage returns),
+    and store the kernelspec a fresh install writes (so that opening the notebook does not modify it)."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
-    for key in ("start_time", "end_time", "duration"):
+    for key in ("start_time", "end_time", "duration", "input_path", "output_path"):
         nb.metadata.get("papermill", {}).pop(key, None)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         for key in ("start_time", "end_time", "duration", "exception", "status"):
             cell.metadata.get("papermill", {}).pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr" and "\r" in o.text)]
     nbformat.write(nb, str(path))
 
 
 START, END = "<!-- toy-results:start -->", "<!-- toy-results:end -->"
 
 
-def results_table(registry: str | os.PathLike = ROOT / "results" / "toy") -> str:
-    """A markdown table of the toy study from the results registry: per pair, the vanilla large model and the fastest
-    BiLD run within 0.2 and within 1 point of it (any draft, any policy that was run)."""
-    from .evaluate import Registry
-    from .study import best_within
+def notebook_defaults(name: str) -> dict:
+    """The stored parameters of a study notebook (its `parameters` cell, evaluated)."""
+    import nbformat
 
-    records = [r for r in Registry(registry).records() if r["key"]["method"] == "bild"]
-    lines = ["| pair | metric | fastest BiLD within 0.2 of vanilla | fastest BiLD within 1 of vanilla |",
-             "|---|---|---|---|"]
-    for pair in sorted({r["key"]["pair"] for r in records}):
-        mine = [r for r in records if r["key"]["pair"] == pair]
-        cells = []
-        for tol in (0.2, 1.0):
-            b = best_within(mine, tol)
-            if b is None:
-                cells.append("–")
+    nb = nbformat.read(str(NOTEBOOKS / f"{name}.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    values: dict = {}
+    exec(cell.source, {}, values)
+    return values
+
+
+def results_table(registry: str | os.PathLike = ROOT / "results" / "toy") -> str:
+    """A markdown table of the toy study's main table (RQ5 with its stored parameters) replayed from the registry:
+    per task and row, the policy chosen on validation and its test numbers with 95% intervals, both timing passes."""
+    import tempfile
+
+    from . import study
+    from .summary import fmt
+
+    params = notebook_defaults("rq5_main_table")
+    pairs = params.pop("pairs")
+    params.update(registry=str(registry), progress=False)
+    with tempfile.TemporaryDirectory() as figures:
+        result = study.rq5(pairs, **{**params, "figures": figures})
+    lines = ["| task | row | (rb, fb) chosen on validation | N (test) | quality change | speedup, pass 1 | "
+             "speedup, pass 2 | vs transformers generate | identical to vanilla |", "|---|---|---|---|---|---|---|---|---|"]
+    for pair, head in result.headline.items():
+        metric = study.METRIC_NAMES[study.ev.tasks.task_metric(study.task_of(pair))]
+        van = head.get("vanilla")
+        if van:
+            lines.append(f"| {pair} | vanilla {metric} | – | | {fmt(van['score'], van['score_ci'])} | 1x | 1x | | |")
+        for row in study.ROWS[1:]:
+            h = head.get(row)
+            if not h:
+                lines.append(f"| {pair} | {row} | none qualifies | | | | | | |")
                 continue
-            s, k = b["summary"], b["key"]
-            cells.append(f"{s['speedup']:.2f}x, {s['score']:.2f} vs vanilla {s['baseline_score']:.2f} "
-                         f"({k['draft']} draft, fb {k['policy']['fallback']}, rb {k['policy']['rollback']}, "
-                         f"{s['examples']} examples)")
-        lines.append(f"| {pair} | {mine[0]['summary']['metric']} | {cells[0]} | {cells[1]} |")
+            speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])] + ["–"] * 2
+            lines.append(f"| {pair} | {row} | {h['policy']} | {h['examples']} | "
+                         f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {speeds[0]} | {speeds[1]} | "
+                         f"{fmt(h['speedup_hf'], h['speedup_hf_ci'], 'x')} | {h['identical']}/{h['examples']} |")
     return "\n".join(lines)
 
 

@@ -62,6 +62,18 @@ def check(threads, repeats, warmup) -> None:
         raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
 
 
+def progress_bar(items, **kwargs):
+    """A live progress bar: a widget in Jupyter when ipywidgets is installed, else plain text on stderr (no
+    warning either way); it disappears when done."""
+    try:
+        import ipywidgets  # noqa: F401
+
+        from tqdm.auto import tqdm
+    except ImportError:
+        from tqdm.std import tqdm
+    return tqdm(items, leave=False, **kwargs)
+
+
 def interleave(inputs: list[torch.Tensor], runners: dict[str, Runner], *, warmup: int = 2, threads: int | None = 1,
                repeats: int = 1, indices: list[int] | None = None, progress: bool | str = False,
                on_row: Callable[[int, dict], None] | None = None) -> list[dict[str, dict]]:
@@ -83,10 +95,7 @@ def interleave(inputs: list[torch.Tensor], runners: dict[str, Runner], *, warmup
                 runners[name](x, i)
         items = zip(inputs, indices)
         if progress:
-            from tqdm.auto import tqdm
-
-            items = tqdm(items, total=len(inputs), desc=progress if isinstance(progress, str) else "timing",
-                         leave=False)
+            items = progress_bar(items, total=len(inputs), desc=progress if isinstance(progress, str) else "timing")
         for x, i in items:
             row, times = {}, {name: [] for name in names}
             for r in range(repeats):

@@ -51,7 +51,7 @@ def test_bench_script_on_the_decoder_only_pair(monkeypatch, capsys):
                      "--methods", "hf_greedy,greedy,speculative")
     out = capsys.readouterr().out
     assert code == 0 and "lossless methods: identical outputs" in out
-    assert "pair=toy-mt-llama inputs=1 (+1 warm-up)" in out and "dtype=float32" in out
+    assert "pair=toy-mt-llama inputs=1 (after 1 warm-up decodes)" in out and "dtype=float32" in out
     assert "bildlab greedy / HF greedy: " in out and "HF assisted" not in out
 
 

@@ -55,12 +55,16 @@ def test_run_study_stores_toy_notebooks_in_place_without_clock_readings(monkeypa
 
     def fake_execute(src, dst, **kwargs):  # what papermill writes: the notebook plus its clock readings
         nb = nbformat.read(src, as_version=4)
-        nb.metadata["papermill"] = {"start_time": "t0", "end_time": "t1", "duration": 1.5, "parameters": {}}
+        nb.metadata["papermill"] = {"start_time": "t0", "end_time": "t1", "duration": 1.5, "parameters": {},
+                                    "input_path": "/home/someone/nb.ipynb", "output_path": "/tmp/x.ipynb"}
+        nb.metadata["kernelspec"]["display_name"] = "Python 3"
+        seen.append(kwargs["parameters"])
         for cell in nb.cells:
             cell.metadata["papermill"] = {"start_time": "t0", "duration": 0.1, "status": "completed"}
             cell.metadata["execution"] = {"iopub.execute_input": "t0"}
         nbformat.write(nb, dst)
 
+    seen = []
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
     monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path)
     monkeypatch.setattr(runner, "update_readme", lambda: None)
@@ -69,12 +73,15 @@ def test_run_study_stores_toy_notebooks_in_place_without_clock_readings(monkeypa
     written = runner.run_study(progress=False)
     assert written == [tmp_path / "rq1_small_writes_most.ipynb"]  # toy with stored parameters: back in place
     nb = nbformat.read(written[0], as_version=4)
-    assert nb.metadata["papermill"] == {"parameters": {}}
+    assert nb.metadata["papermill"] == {"parameters": {}}  # no clock readings, no machine paths
+    assert nb.metadata["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
     assert all("execution" not in c.metadata and not c.metadata.get("papermill") for c in nb.cells)
     assert [f.name for f in tmp_path.iterdir()] == ["rq1_small_writes_most.ipynb"]  # no temporary left behind
     monkeypatch.setattr(runner, "ROOT", tmp_path)
     assert runner.run_study(overrides={"limit": 2}, progress=False) == [tmp_path / "runs" / "toy" /
                                                                          "rq1_small_writes_most.ipynb"]
+    # other parameters: records and figures go to the run folder, never over the committed study
+    assert seen[-1] == {"limit": 2, "registry": "../runs/toy/results", "figures": "../runs/toy/figures"}
 
 
 def test_every_notebook_has_one_parameters_cell_and_paper_params_are_valid():
@@ -111,39 +118,75 @@ def test_acceptance_estimate_recovers_a_geometric_rate():
     assert study.acceptance({"examples": rows}) == pytest.approx(a, abs=0.02)
 
 
-def test_best_within_picks_the_fastest_acceptable():
-    def rec(score, speed):
-        return {"summary": {"score": score, "baseline_score": 30.0, "speedup": speed}}
+def _fake_record(pair, entry, speed, delta, identical, n=20):
+    """A record as the harness writes it, with made-up numbers (no model runs)."""
+    e = {"method": "bild", "draft": "small", "fallback": 0.6, "rollback": 5.0, **entry}
+    policy = {"fallback": e["fallback"], "rollback": e["rollback"], "max_small_steps": 10}
+    s = {"metric": "bleu", "examples": n, "score": 30.0 + delta, "score_ci": [29.0 + delta, 31.0 + delta],
+         "baseline_score": 30.0, "baseline_score_ci": [29.0, 31.0], "delta": delta, "delta_ci": [delta - 0.5,
+                                                                                                   min(delta + 0.5, 0)],
+         "identical": identical / n, "identical_count": identical, "speedup": speed,
+         "speedup_ci": [speed - 0.05, speed + 0.05], "speedup_hf": speed, "speedup_hf_ci": [speed - 0.05, speed + 0.05],
+         "truncated": 0, "baseline_truncated": 0, "small_share": 0.8, "mean_accepted": 3.0, "tokens": 100}
+    rows = [{"stats": {"accepted": 3, "rollbacks": 1, "small_seconds": 0.01, "small_calls": 4}, "baseline_seconds": 0.1,
+             "baseline_tokens": 5}] * n
+    return {"key": {"pair": pair, "task": "toy-mt", "split": "validation", "limit": n, "method": e["method"],
+                    "draft": e["draft"], "policy": policy}, "summary": s, "examples": rows}
 
-    records = [rec(30.1, 1.2), rec(29.5, 1.8), rec(28.0, 2.5)]
-    assert study.best_within(records, 0.2)["summary"]["speedup"] == 1.2
-    assert study.best_within(records, 1.0)["summary"]["speedup"] == 1.8
-    assert study.best_within([rec(20, 3.0)], 1.0) is None
 
-
-def test_answers_say_none_when_no_policy_is_within_the_tolerance(monkeypatch, tmp_path):
-    def sweep(pair, grid, *, draft="small", **run):  # every policy loses 5 points, except the early exit's fastest
-        return [{"summary": {"metric": "bleu", "score": 30.0 if draft == "early-exit" and i == 0 else 25.0,
-                             "baseline_score": 30.0, "speedup": 1.5 + i, "small_share": 0.8,
-                             "large_calls_per_token": 0.2, "mean_accepted": 3.0},
-                 "key": {"policy": g, "method": "bild", "draft": draft}} for i, g in enumerate(grid)]
+def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monkeypatch, tmp_path):
+    def sweep(pair, grid, **run):  # every policy loses 5 points, except the early exit's first one (lossless)
+        return [_fake_record(pair, g, 1.5 + i / 10, 0.0 if g.get("draft") == "early-exit" and i == len(grid) // 2
+                             else -5.0, 20 if g.get("draft") == "early-exit" and i == len(grid) // 2 else 3)
+                for i, g in enumerate(grid)]
 
     monkeypatch.setattr(study.ev, "sweep", sweep)
     grid = dict(fallbacks=[0.5, 0.9], rollbacks=[1.0], figures=str(tmp_path))
     rq4 = study.rq4("toy-mt", **grid).answer
-    assert "early-exit draft reaches 1.50x and the separate small model none" in rq4 and "early exit is the" in rq4
-    monkeypatch.setattr(study.ev, "sweep", lambda pair, grid, draft="small", **run: sweep(pair, grid, draft="small"))
+    assert "early exit 1.70x [1.65, 1.75] (fb 0.5, rb 1; lossless), separate small none" in rq4
+    assert "not comparable" in rq4
     for answer in (study.rq2("toy-mt", **grid).answer, study.rq3("toy-mt", **grid).answer,
-                   study.rq4("toy-mt", **grid).answer, study.rq5(("toy-mt",), **grid).answer):
+                   study.rq5(("toy-mt",), **grid).answer):
         assert "nan" not in answer
-    assert "neither draft" in study.rq4("toy-mt", **grid).answer
-    assert "no BiLD policy of the sweep stays within 1.0 point" in study.rq5(("toy-mt",), **grid).answer
+    assert "no BiLD policy qualifies on validation" in study.rq5(("toy-mt",), **grid).answer
+    assert "none" in study.rq2("toy-mt", **grid).answer
+
+
+def test_overlapping_intervals_read_as_no_detectable_difference():
+    a = _fake_record("toy-mt", {}, 1.50, 0.0, 20)
+    b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)
+    c = _fake_record("toy-mt", {}, 1.80, 0.0, 20)
+    assert study._compare_speed(a, b) == "no detectable difference (the intervals overlap)"
+    assert study._compare_speed(c, a) == "the first is detectably faster"
+    assert study._compare_speed(a, c) == "the second is detectably faster"
+
+
+def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch, tmp_path):
+    seen = []
+
+    def sweep(pair, grid, **run):
+        seen.append((run.get("split"), run.get("limit"), run.get("timing_pass", 1), len(grid)))
+        if run.get("split") == "validation":  # fb 0.9 is lossless and slow, fb 0.5 loses 1 point and is fast
+            return [_fake_record(pair, g, 2.0 if g["fallback"] == 0.5 else 1.4, -1.0 if g["fallback"] == 0.5 else 0.0,
+                                 5 if g["fallback"] == 0.5 else 20) for g in grid]
+        return [_fake_record(pair, g, 1.9, -0.8, 6, n=300) for g in grid]
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    result = study.rq5(("toy-mt",), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=40, limit=300, split="test",
+                       figures=str(tmp_path))
+    assert seen[0] == ("validation", 40, 1, 4)  # 2 thresholds x 2 drafts, on validation
+    assert seen[1:] == [("test", 300, 1, 4), ("test", 300, 2, 4)]  # the chosen policies on test, in two passes
+    head = result.headline["toy-mt"]
+    assert head["unaligned lossless"]["policy"] == (3.0, 0.9) and head["unaligned degraded"]["policy"] == (3.0, 0.5)
+    assert head["unaligned"]["policy"] == (3.0, 0.9)  # -1 point is outside the 0.2 tolerance
+    assert head["aligned degraded"]["examples"] == 300 and len(head["aligned degraded"]["speedups"]) == 2
 
 
 def test_figures_are_deterministic_and_written_whole(tmp_path):
     def draw():
-        return plots.speed_quality({"a": [(1.0, 30.0), (1.5, 29.0)]}, metric="bleu", baseline=30.0,
-                                   front=[(1.0, 30.0), (1.5, 29.0)], title="t")
+        pts = [{"speedup": 1.0, "speedup_ci": [0.9, 1.1], "score": 30.0, "score_ci": [29, 31], "label": "a"},
+               {"speedup": 1.5, "speedup_ci": [1.4, 1.6], "score": 29.0, "score_ci": [28, 30], "label": "b"}]
+        return plots.speed_quality({"a": pts}, metric="BLEU", baseline=30.0, front=pts, title="t")
 
     first = plots.save(draw(), "fig", tmp_path)
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in first]
@@ -152,3 +195,14 @@ def test_figures_are_deterministic_and_written_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.pdf", "fig.png"]
     assert b"CreationDate" not in (tmp_path / "fig.pdf").read_bytes()
     assert not math.isnan(study.expected_speedup(0.5, 2, 0.1))
+
+
+def test_importing_the_package_leaves_matplotlibs_backend_alone():
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; before = matplotlib.get_backend(); import bildlab, bildlab.plots, bildlab.study; "
+            "fig = bildlab.plots.bars(['a'], {'s': [1.0]}, ylabel='y'); print(before == matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "MPLBACKEND": "svg"})
+    assert out.stdout.strip() == "True"
