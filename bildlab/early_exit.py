@@ -79,8 +79,8 @@ def _share(draft: nn.Module, large: nn.Module, cut: nn.ModuleList, layers: nn.Mo
 def shares_bottom_layers(draft: PreTrainedModel, large: PreTrainedModel) -> bool:
     """Whether `draft` is an early exit of `large` (as `exit_draft` builds it): all its tensors are the large model's
     and its decoder layers are the large model's bottom layers, so their KV cache entries are the large model's."""
-    if draft is large or bool(draft.config.is_encoder_decoder) != bool(large.config.is_encoder_decoder):
-        return False
+    if draft is large or draft.get_input_embeddings() is not large.get_input_embeddings():
+        return False  # (a separate model: its decoder is never searched)
     ours, theirs = decoder_layers(draft), decoder_layers(large)
     if not len(ours) < len(theirs) or any(a is not b for a, b in zip(ours, theirs)):
         return False
