@@ -73,8 +73,8 @@ def main(argv=None):
                                       else out.stats[key])
     g = totals["greedy"]
     step = g["large_seconds"] / g["large_calls"]
-    print(f"{args.pair}: {args.n} test inputs after {args.warmup} warm-up, k={args.k}, 1 thread, {args.clock} clock, torch "
-          f"{torch.__version__}; large step {1000 * step:.3f} ms/token (greedy)")
+    print(f"{args.pair}: {args.n} test inputs after {args.warmup} warm-up, k={args.k}, 1 thread, {args.clock} clock, "
+          f"torch {torch.__version__}; large step {1000 * step:.3f} ms/token (greedy)")
     print("| draft | c (draft step / large step) | draft ms/call | acceptance | tokens/verification | "
           "speedup vs greedy (wall / CPU time) |")
     print("|---|---|---|---|---|---|")

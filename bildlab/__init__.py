@@ -7,5 +7,5 @@ from .models import load_pair
 from .tasks import PAPER_TASKS, TOY_TASKS, load_task, task_metric
 
 __version__ = "0.1.0"
-__all__ = ["METHODS", "Output", "generate", "exit_draft", "load_pair", "load_task", "task_metric", "TOY_TASKS", "PAPER_TASKS",
-           "bleu", "rouge_l", "score", "__version__"]
+__all__ = ["METHODS", "Output", "generate", "exit_draft", "load_pair", "load_task", "task_metric", "TOY_TASKS",
+           "PAPER_TASKS", "bleu", "rouge_l", "score", "__version__"]

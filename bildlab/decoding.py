@@ -254,7 +254,8 @@ def generate(
 
     `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for decoder-only ones.
     `small` is a separate model or an early exit of `model` (`exit_draft(model, layers)`, which then shares the
-    large model's encoder outputs and KV cache). Returns `Output(tokens, stats)`; `tokens` are the new tokens only. See the module docstring for the methods.
+    large model's encoder outputs and KV cache). Returns `Output(tokens, stats)`; `tokens` are the new tokens only.
+    See the module docstring for the methods.
     Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
     output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
     """
