@@ -16,7 +16,9 @@ The methods differ only in those two small rules:
                   or max_small_steps tokens in a row                 (and != the large argmax) is replaced
 
 Every model keeps its own KV cache (transformers `Cache` objects); rejected positions are cropped, encoders run once
-per input, and the prefix is never recomputed. Batch size 1, as in the papers.
+per input, and the prefix is never recomputed. A draft that is an early exit of the large model (`early_exit.py`) has
+no cache or encoder run of its own: it uses the large model's encoder outputs and the cache of its bottom layers.
+Batch size 1, as in the papers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 
+from .early_exit import decoder_layers, shares_bottom_layers
 from .timing import clock as _clock
 
 METHODS = ("greedy", "sample", "speculative", "bild")
@@ -85,6 +88,39 @@ class _Model:
         if self.cached > length:
             self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
             self.cached = length
+
+    def hand_over(self) -> None:
+        """Called when a draft ends, before the large model verifies it (a separate draft keeps its own cache)."""
+
+
+class _EarlyExit(_Model):
+    """An early exit of the large model as the draft (`early_exit.exit_draft`): its layers are the large model's bottom
+    layers, so it runs on the large model's encoder outputs and KV cache, writing only the bottom `depth` layers."""
+
+    def __init__(self, model: PreTrainedModel, large: _Model):
+        self.model, self.large = model, large
+        self.encoder_decoder = large.encoder_decoder
+        self.cache_kw, self.keep_kw = _forward_kwargs(type(model))
+        self.encoder_outputs = getattr(large, "encoder_outputs", None)
+        self.cache = large.cache
+        self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache
+        self.depth = len(decoder_layers(model))
+        self.cached = large.cached
+        self.calls = 0
+        self.seconds = 0.0
+
+    def hand_over(self) -> None:
+        """Drop the draft's own positions from the shared layers: the large model's forward runs all its layers for
+        every token it is fed, so it recomputes them (in its one parallel pass) and the cache stays one sequence."""
+        for layer in self.self_cache.layers[: self.depth]:
+            extra = layer.get_seq_length() - self.large.cached
+            if extra > 0:
+                layer.crop(-extra)
+        self.cached = self.large.cached
+
+    def crop(self, length: int) -> None:
+        """After verification the large model has cropped the shared cache: the draft goes on from there."""
+        self.cached = self.large.cached
 
 
 @functools.lru_cache(maxsize=None)
@@ -211,7 +247,9 @@ def generate(
     """Generate with the large `model` alone ("greedy", "sample") or helped by the `small` model ("speculative", "bild").
 
     `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for decoder-only ones.
-    Returns `Output(tokens, stats)`; `tokens` are the new tokens only. See the module docstring for the methods.
+    `small` is a separate model or an early exit of `model` (`exit_draft(model, layers)`, which then shares the
+    large model's encoder outputs and KV cache). Returns `Output(tokens, stats)`; `tokens` are the new tokens only.
+    See the module docstring for the methods.
     Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
     output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
     """
@@ -254,7 +292,9 @@ def generate(
 
     large = _Model(model, input_ids)
     # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
-    drafter = _Model(small, input_ids) if small is not None and not stop(0, None) else None
+    drafter = None
+    if small is not None and not stop(0, None):
+        drafter = _EarlyExit(small, large) if shares_bottom_layers(small, model) else _Model(small, input_ids)
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
                  rollbacks=0)
     pos = P  # committed length of `seq`
@@ -282,6 +322,8 @@ def generate(
             if needs_confidence and int(token_id) in eos:
                 break  # a confident EOS ends the draft; the large model still checks it
         first = False
+        if drafter is not None:
+            drafter.hand_over()  # an early exit leaves the shared cache to the large model
         t1 = _clock(device)
         if drafter is not None:
             drafter.seconds += t1 - t0

@@ -69,8 +69,8 @@ def check_entry(pair: str, entry: dict) -> None:
         raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {draft!r}")
     if draft == "aligned" and pair in TOY_PAIRS and TOY_PAIRS[pair][2] is None:
         raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
-    if draft == "early-exit" and not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("t5")):
-        raise ValueError(f"draft='early-exit' is for the toy T5 pairs; pair {pair!r} has no early exit")
+    if draft == "early-exit" and pair not in TOY_PAIRS:
+        raise ValueError(f"draft='early-exit' is for the toy pairs ({', '.join(TOY_PAIRS)}); pair {pair!r} has none")
     if not isinstance(e["do_sample"], bool):
         raise TypeError(f"do_sample must be True or False; got {e['do_sample']!r}")
     if e["do_sample"] and method != "speculative":

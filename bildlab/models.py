@@ -2,7 +2,8 @@
 
     pair = load_pair("toy-mt")                    # .large, .small, .tokenizer; .encode(source), .decode(tokens)
     pair = load_pair("toy-mt", aligned=True)      # the prediction-aligned small model
-    pair = load_pair("toy-mt", early_exit=True)   # the large model's early exit as the small (draft) model
+    pair = load_pair("toy-mt", early_exit=True)   # the large model's early exit as the small (draft) model: a view
+                                                  # of the large model (early_exit.py), not a copy
     pair = load_pair("toy-mt-llama")              # decoder-only pair (speculative decoding pipeline)
     pair = load_pair("xsum")                      # kssteven/T5-{large,small}-xsum from the hub
 """
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .early_exit import exit_draft
+
 ZOO_ENV = "BILDLAB_ZOO"
 REBUILD = "bildlab zoo"  # the command that rebuilds the toy zoo
 
@@ -26,7 +29,8 @@ TOY_PAIRS = {
     "toy-sum": ("t5-large", "t5-small", "t5-small-aligned", "<sum> ", "toy-sum"),
     "toy-mt-llama": ("llama-large", "llama-small", None, "<mt> ", "toy-mt"),
 }
-EXIT_LAYER = 2  # the toy large model's early exit: after this many decoder layers
+EXIT_LAYER = 2  # the toy large models' early exit: after this many decoder layers (the T5 was trained for it with an
+                # early-exit loss, the Llama was not)
 
 # paper pairs (names from the public BiLD README; availability on the hub unverified): name -> (large, small, aligned)
 PAPER_PAIRS = {
@@ -89,16 +93,14 @@ def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, dev
         if aligned and aligned_name is None:
             raise ValueError(f"pair {name!r} has no aligned small model (aligned=True is for "
                              f"{', '.join(n for n, v in TOY_PAIRS.items() if v[2])})")
-        if early_exit and not large_name.startswith("t5"):
-            raise ValueError(f"pair {name!r} has no early exit (early_exit=True is for the T5 pairs)")
         root = zoo_dir()
         tokenizer = _load_tokenizer(root / "tokenizer")
-        large = _load_model(root / large_name, dtype)
+        large = _load_model(root / large_name, dtype).to(device)
         if early_exit:
-            small = _load_model(root / large_name, dtype, num_decoder_layers=EXIT_LAYER)
+            small = exit_draft(large, EXIT_LAYER)
         else:
-            small = _load_model(root / (aligned_name if aligned else small_name), dtype)
-        return Pair(name, large.to(device), small.to(device), tokenizer, prefix, task)
+            small = _load_model(root / (aligned_name if aligned else small_name), dtype).to(device)
+        return Pair(name, large, small, tokenizer, prefix, task)
     if early_exit:
         raise ValueError("early_exit=True is only available for the toy pairs")
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -136,16 +138,16 @@ def _quiet():
             logging.enable_progress_bar()
 
 
-def _load_model(path: Path, dtype: torch.dtype, **overrides):
+def _load_model(path: Path, dtype: torch.dtype):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     weights = path / "model.safetensors"
     if not (path / "config.json").is_file() or not weights.is_file():
         raise FileNotFoundError(f"toy checkpoint missing at {path}; rebuild the zoo with `{REBUILD}`")
     try:
-        config = AutoConfig.from_pretrained(str(path), **overrides)
+        config = AutoConfig.from_pretrained(str(path))
         auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        with _quiet():  # no per-load progress bar, and no report of the early exit's skipped layers
+        with _quiet():  # no per-load progress bar
             model, info = auto.from_pretrained(str(path), config=config, dtype=dtype, output_loading_info=True)
     except Exception as e:
         raise RuntimeError(f"toy checkpoint at {path} could not be read ({type(e).__name__}: {e}); "

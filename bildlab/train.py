@@ -3,8 +3,8 @@
 - `train_seq2seq`   fine-tune (or train from scratch) an encoder-decoder model on (source, target) pairs, optionally
                     with an auxiliary early-exit loss after decoder layer `exit_layer`;
 - `train_causal_lm` the same for a decoder-only model on "prompt + target" sequences (loss on the target only);
-- `calibration_data` the large model's greedy outputs for training inputs (the paper's prediction alignment data);
-- `early_exit_model` the large model cut after an early decoder layer: a plain HF model usable as a draft.
+- `calibration_data` the large model's greedy outputs for training inputs (the paper's prediction alignment data).
+The draft made of the large model's first decoder layers is `early_exit.exit_draft` (a view, not a copy).
 
 Training is resumable: with `checkpoint=path`, model, optimizer and step are saved every `save_every` steps
 (atomically) and a rerun continues from the last save with the same data order.
@@ -79,19 +79,11 @@ def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
 
 def exit_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """Logits of an early exit of a T5 decoder: the final layer norm and LM head applied to an inner hidden state,
-    exactly as `early_exit_model` computes them."""
+    exactly as the draft `early_exit.exit_draft` computes them."""
     hidden = model.decoder.final_layer_norm(hidden)
     if getattr(model.config, "scale_decoder_outputs", model.config.tie_word_embeddings):
         hidden = hidden * model.model_dim**-0.5
     return model.lm_head(hidden)
-
-
-def early_exit_model(large, exit_layer: int):
-    """A copy of `large` (T5) that stops after decoder layer `exit_layer`: shares no tensors, loads as a plain
-    `T5ForConditionalGeneration` with `num_decoder_layers=exit_layer`."""
-    config = large.config.to_dict()
-    config["num_decoder_layers"] = exit_layer
-    return shrink(large, type(large.config).from_dict(config)).to(large.dtype).eval()
 
 
 _LAYER = re.compile(r"^(encoder\.block|decoder\.block|model\.layers)\.(\d+)\.")

@@ -24,6 +24,7 @@ import torch
 
 from . import metrics, tasks, train
 from .atomic import atomic_path
+from .early_exit import exit_draft
 from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
 VOCAB = 4096
@@ -317,10 +318,8 @@ def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
 
 
 def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
-    from .models import _load_model
-
     t5 = {name: _load(out / name) for name in ("t5-large", "t5-small", "t5-small-aligned")}
-    t5["t5-early-exit"] = _load_model(out / "t5-large", torch.float32, num_decoder_layers=EXIT_LAYER)
+    t5["t5-early-exit"] = exit_draft(t5["t5-large"], EXIT_LAYER)  # a view of the large model, as load_pair gives
     llama = {name: _load(out / name) for name in ("llama-large", "llama-small")}
     results: dict = {"toy-mt": {}, "toy-sum": {}, "toy-mt-llama": {}}
     for task in ("toy-mt", "toy-sum"):

@@ -72,12 +72,14 @@ def hf_greedy(model, input_ids, max_new_tokens, eos_token_id):
 
 @pytest.fixture(scope="session")
 def models():
-    """(large, {draft name: draft}) per architecture, built once."""
+    """(large, {draft name: draft}) per architecture, built once; "exit" is the large model's exit after layer 1."""
+    from bildlab.early_exit import exit_draft
+
     zoo = {}
     for i, arch in enumerate(ARCHS):
         large = tiny(arch, seed=10 + i, layers=2)
         zoo[arch] = (large, {"random": tiny(arch, seed=50 + i, layers=1), "perturbed": perturbed(large, 0.05, i),
-                             "self": large})
+                             "self": large, "exit": exit_draft(large, 1)})
     return zoo
 
 

@@ -39,7 +39,7 @@ LOSSLESS = {
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("draft", ["random", "perturbed", "self"])
+@pytest.mark.parametrize("draft", ["random", "perturbed", "self", "exit"])
 def test_lossless_modes_equal_transformers_greedy(models, arch, draft):
     large, drafts = models[arch]
     small = drafts[draft]

@@ -9,6 +9,7 @@ from conftest import tiny, tiny_tokenizer
 
 import bildlab
 from bildlab import models, train
+from bildlab.early_exit import decoder_layers, exit_draft
 
 
 def toy_pairs(n=48, seed=0):
@@ -69,20 +70,17 @@ def test_causal_lm_training_loss_falls():
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
-def test_early_exit_model_computes_the_exit_logits():
+def test_exit_draft_computes_the_exit_logits_of_the_training_loss():
     large = tiny("t5", seed=1, layers=3)
     src = torch.tensor([[5, 9, 13, 1]])
     dec = torch.tensor([[0, 7, 8, 21]])
     with torch.no_grad():
         hidden = large(input_ids=src, decoder_input_ids=dec, output_hidden_states=True).decoder_hidden_states
         for layer in (1, 2):
-            exit_model = train.early_exit_model(large, layer)
-            assert exit_model.config.num_decoder_layers == layer
-            torch.testing.assert_close(exit_model(input_ids=src, decoder_input_ids=dec).logits,
-                                       train.exit_logits(large, hidden[layer]))
-        full = train.early_exit_model(large, 3)  # an exit after the last layer is the model itself
-        torch.testing.assert_close(full(input_ids=src, decoder_input_ids=dec).logits,
-                                   large(input_ids=src, decoder_input_ids=dec).logits)
+            draft = exit_draft(large, layer)
+            assert draft.config.num_decoder_layers == layer
+            torch.testing.assert_close(draft(input_ids=src, decoder_input_ids=dec).logits,
+                                       train.exit_logits(large, hidden[layer]), rtol=0, atol=0)
 
 
 def test_calibration_data_is_the_large_models_complete_greedy_output():
@@ -161,8 +159,6 @@ def test_load_pair_rejects_unknown_names_and_bad_combinations():
         models.load_pair("toy-xx")
     with pytest.raises(ValueError, match="no aligned small model"):
         models.load_pair("toy-mt-llama", aligned=True)
-    with pytest.raises(ValueError, match="no early exit"):
-        models.load_pair("toy-mt-llama", early_exit=True)
     with pytest.raises(ValueError, match="exclusive"):
         models.load_pair("toy-mt", aligned=True, early_exit=True)
 
@@ -177,6 +173,7 @@ def test_load_pair_reads_a_zoo_folder(fake_zoo, monkeypatch):
     assert bildlab.generate(pair.large, x, small=pair.small, method="speculative", max_new_tokens=6).tokens == ref
     exit_pair = models.load_pair("toy-sum", early_exit=True)
     assert exit_pair.small.config.num_decoder_layers == 2 and exit_pair.prefix == "<sum> "
+    assert all(a is b for a, b in zip(decoder_layers(exit_pair.small), decoder_layers(exit_pair.large)))  # a view
     torch.testing.assert_close(exit_pair.small.decoder.block[1].layer[0].SelfAttention.q.weight,
                                large.decoder.block[1].layer[0].SelfAttention.q.weight)
     assert models.load_pair("toy-mt", aligned=True).small is not None
