@@ -167,7 +167,7 @@ def test_bad_arguments(cache):
     for limit in ("10", 2.0, True):
         with pytest.raises(TypeError, match="limit must be a positive int or None; got"):
             load_task("toy-mt", "validation", limit=limit)
-    with pytest.raises(ValueError, match="data_files is only for the paper tasks"):
+    with pytest.raises(ValueError, match="data_files: only for the paper tasks"):
         load_task("toy-mt", "validation", data_files="x.jsonl")
     with pytest.raises(ValueError, match="name must be one of toy-mt, toy-sum"):
         tasks.generate_toy_split("xsum", "train")
@@ -447,27 +447,20 @@ def test_cnn_dailymail_stand_in_csv(offline, tmp_path):
         {"source": "Second article.", "target": "Highlight two."}]
 
 
-def test_paper_task_uses_hub_path_config_and_split(offline, monkeypatch):
-    calls = []
-
-    def fake_load_dataset(path, config=None, split=None, **kwargs):
-        calls.append((path, config, split))
-        return offline.Dataset.from_list([{"document": "d1", "summary": "s1"},
-                                          {"document": "d2", "summary": "s2"}])
-
-    monkeypatch.setattr(offline, "load_dataset", fake_load_dataset)
-    assert load_task("xsum", "validation", limit=1) == [{"source": "d1", "target": "s1"}]
-    assert calls == [("EdinburghNLP/xsum", None, "validation")]
-    for name, path, config in [("iwslt2017-de-en", "iwslt2017", "iwslt2017-de-en"),
-                               ("wmt14-de-en", "wmt14", "de-en"), ("cnn_dailymail", "cnn_dailymail", "3.0.0")]:
-        calls.clear()
-        with pytest.raises(KeyError):  # the fake rows lack the task's columns
-            load_task(name, "test")
-        assert calls == [(path, config, "test")]
+def test_stand_in_files_are_the_whole_split(offline, tmp_path):
+    # several files are read in order; empty rows dropped; the row count checked when declared
+    a = write_jsonl(tmp_path / "a.jsonl", [{"document": "d1", "summary": "s1"}, {"document": " ", "summary": "s"}])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"document": "d2", "summary": "s2"}])
+    assert load_task("xsum", "validation", data_files=[a, b]) == [{"source": "d1", "target": "s1"},
+                                                                  {"source": "d2", "target": "s2"}]
+    with pytest.raises(ValueError, match="xsum validation: 3 rows in a.jsonl, b.jsonl, expected 4"):
+        load_task("xsum", "validation", data_files=[a, b], rows=4)
+    with pytest.raises(ValueError, match=r"xsum: row 0 has no column document; it has \['text'\]"):
+        load_task("xsum", "validation", data_files=write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}]))
 
 
 def test_paper_task_bad_data_files(offline, tmp_path):
-    with pytest.raises(ValueError, match=r"data_files must end in .jsonl, .json or .csv; got '.*raw.txt'"):
+    with pytest.raises(ValueError, match=r"data_files must end in .parquet, .jsonl, .json, .csv; got '.*raw.txt'"):
         load_task("xsum", "test", data_files=str(tmp_path / "raw.txt"))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_task("xsum", "test", data_files=str(tmp_path / "missing.jsonl"))
