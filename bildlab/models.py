@@ -38,12 +38,14 @@ PAPER_PAIRS = {
     "cnn_dailymail": ("kssteven/T5-large-cnndm", "kssteven/T5-small-cnndm", "kssteven/T5-small-cnndm-bild-aligned"),
 }
 PAIRS = tuple(TOY_PAIRS) + tuple(PAPER_PAIRS)
+DRAFTS = ("small", "aligned", "early-exit")  # the draft models of a pair (evaluate's `draft`)
 # the paper's preprocessing (the authors' scripts): the tokenizer of the pretrained model, not of the fine-tuned
 # checkpoint; a task prefix for summarization only; sources truncated to 1024 tokens (EOS included)
 PAPER_TOKENIZERS = {"iwslt2017-de-en": "google/mt5-small", "wmt14-de-en": "google/mt5-small",
                     "xsum": "google-t5/t5-small", "cnn_dailymail": "google-t5/t5-small"}
 PAPER_PREFIX = {"iwslt2017-de-en": "", "wmt14-de-en": "", "xsum": "summarize: ", "cnn_dailymail": "summarize: "}
 MAX_SOURCE_TOKENS = 1024
+PAPER_MAX_NEW_TOKENS = 127  # the paper's max_length=128 in transformers 4.x terms (the decoder start token counted)
 
 
 def task_of(pair: str) -> str:
@@ -160,9 +162,6 @@ def provenance(pair: str, draft: str = "small", *, mirror: str | os.PathLike | N
     out = {role: {"repo": repo_id, "revision": _revision(repo_id, mirror)} for role, repo_id in repos.items()}
     out.update(prefix=PAPER_PREFIX[pair], max_source_tokens=MAX_SOURCE_TOKENS, resize_embeddings=resize_embeddings)
     return out
-
-
-DRAFTS = ("small", "aligned", "early-exit")
 
 
 def _revision(repo_id: str, mirror) -> str | None:

@@ -405,12 +405,8 @@ def test_sum_templates_only_use_document_slots():
 
 @pytest.fixture
 def offline(cache, monkeypatch):
-    datasets = pytest.importorskip("datasets")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.delenv("BILDLAB_MIRROR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
-    return datasets
 
 
 def write_jsonl(path, rows):

@@ -68,7 +68,8 @@ def check_overrides(name: str, overrides: dict) -> None:
     """Fail fast on an override of a paper task's source that `load` would not understand."""
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
-        raise ValueError(f"unknown source override(s) {', '.join(unknown)} for {name!r}; allowed: {', '.join(OVERRIDES)}")
+        raise ValueError(f"unknown source override(s) {', '.join(unknown)} for {name!r}; "
+                         f"allowed: {', '.join(OVERRIDES)}")
     for key in ("repo", "revision", "data_dir"):
         value = overrides.get(key)
         if value is not None and (not isinstance(value, str) or not value):
