@@ -13,7 +13,8 @@ The methods differ only in those two small rules:
     speculative   k tokens were drafted                              greedy: longest prefix equal to the large argmax
                                                                      sampling: min(1, p/q), residual norm(max(0, p-q))
     bild          small max-prob < fallback (token discarded),       rollback: first token with -log p_L > rollback
-                  or max_small_steps tokens in a row                 (and != the large argmax) is replaced
+                  or max_small_steps tokens in a row                 (and != the large argmax) is replaced; option
+                                                                     rollback_rule="first-above": the paper's code
 
 Every model keeps its own KV cache (transformers `Cache` objects); rejected positions are cropped, encoders run once
 per input, and the prefix is never recomputed. A draft that is an early exit of the large model (`early_exit.py`) has
@@ -191,14 +192,22 @@ def _accept_greedy(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -
     return _decide(draft, draft != target[: len(draft)], target)
 
 
-def _accept_rollback(rollback: float):
+ROLLBACK_RULES = ("first-differing", "first-above")
+
+
+def _accept_rollback(rollback: float, rule: str = "first-differing"):
     def accept(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -> tuple[list[int], int]:
-        """BiLD rollback: the first drafted token y with -log p_L(y) > rollback that differs from the large argmax
-        is replaced by the argmax, and the rest of the draft is dropped. rollback=0 is `_accept_greedy`."""
+        """BiLD rollback: a drafted token y with -log p_L(y) > rollback that differs from the large argmax is
+        replaced by the argmax, and the rest of the draft is dropped. "first-differing" (bildlab's default): the first
+        such token; rollback=0 is then `_accept_greedy`. "first-above" (the paper's public code): only the first token
+        above the threshold is examined; when it equals the large argmax nothing is rolled back."""
         target = logits.argmax(-1)
         m = len(draft)
         nll = -logits[:m].log_softmax(-1).gather(-1, draft[:, None])[:, 0]
-        return _decide(draft, (nll > rollback) & (draft != target[:m]), target)
+        above = nll > rollback
+        if rule == "first-above":
+            above = above & (above.cumsum(0) == 1)
+        return _decide(draft, above & (draft != target[:m]), target)
 
     return accept
 
@@ -238,6 +247,7 @@ def generate(
     fallback: float = 0.6,
     rollback: float = 5.0,
     max_small_steps: int = 10,
+    rollback_rule: str = "first-differing",
     do_sample: bool = False,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -254,7 +264,7 @@ def generate(
     output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
     """
     input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
-                       do_sample, temperature, top_k, top_p, seed)
+                       do_sample, temperature, top_k, top_p, seed, rollback_rule)
     do_sample = do_sample or method == "sample"
     eos = _eos_ids(model, eos_token_id)
     device = input_ids.device
@@ -285,7 +295,7 @@ def generate(
     if do_sample:
         accept = _accept_sampling(temperature, top_k, top_p, generator)
     elif method == "bild":
-        accept = _accept_rollback(rollback)
+        accept = _accept_rollback(rollback, rollback_rule)
     else:
         accept = _accept_greedy
     needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
@@ -393,7 +403,7 @@ def _is_int(x) -> bool:
 
 
 def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: float = 0.6, rollback: float = 5.0,
-                 max_small_steps: int = 10) -> None:
+                 max_small_steps: int = 10, rollback_rule: str = "first-differing") -> None:
     """Validate a decoding method and its policy without any model (the harness checks sweeps up front)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
@@ -407,11 +417,13 @@ def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: f
         raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
     if isinstance(rollback, bool) or not isinstance(rollback, (int, float)) or math.isnan(rollback) or rollback < 0:
         raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
+    if rollback_rule not in ROLLBACK_RULES:
+        raise ValueError(f"rollback_rule must be one of {', '.join(map(repr, ROLLBACK_RULES))}; got {rollback_rule!r}")
 
 
 def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-           temperature, top_k, top_p, seed) -> torch.Tensor:
-    check_policy(method, max_new_tokens, k, fallback, rollback, max_small_steps)
+           temperature, top_k, top_p, seed, rollback_rule="first-differing") -> torch.Tensor:
+    check_policy(method, max_new_tokens, k, fallback, rollback, max_small_steps, rollback_rule)
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):

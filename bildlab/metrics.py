@@ -8,20 +8,29 @@
 Both return a float on a 0-100 scale. One reference per hypothesis.
 """
 
-import re
-
 METRICS = ("bleu", "rougeL")
 
-# a sentence ends at . ! or ? (maybe followed by a closing quote or bracket) and then whitespace
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
+# Sentence splitting for ROUGE-Lsum, offline: nltk's Punkt algorithm (what the paper-era scripts ran, through
+# nltk.sent_tokenize) without its trained English model, which cannot be downloaded here; instead a fixed list of
+# abbreviations and single-letter initials that never end a sentence ("U.S.", "Mr.", "p.m.", "J. K."). Newlines
+# always end a sentence (CNN/DailyMail highlights are one per line).
+ABBREVIATIONS = frozenset(
+    "u.s u.k u.n e.u u.s.a mr mrs ms dr prof st jr sr gen gov sen rep col lt sgt capt rev inc corp co ltd vs etc "
+    "e.g i.e a.m p.m jan feb mar apr jun jul aug sep sept oct nov dec mt ft".split()) | frozenset(
+    "abcdefghijklmnopqrstuvwxyz")
+_SPLITTER = None
 
 
 def split_sentences(text):
-    """Split ``text`` into sentences at sentence-ending punctuation followed by whitespace.
+    """Split ``text`` into sentences: at newlines, then by Punkt with ABBREVIATIONS (offline, deterministic)."""
+    global _SPLITTER
+    if _SPLITTER is None:
+        from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
-    A small regex splitter (no nltk data needed): "Dr. Smith" is split too.
-    """
-    return [s for s in _SENTENCE_BREAK.split(text.strip()) if s]
+        params = PunktParameters()
+        params.abbrev_types = set(ABBREVIATIONS)
+        _SPLITTER = PunktSentenceTokenizer(params)
+    return [s.strip() for line in text.split("\n") for s in _SPLITTER.tokenize(line) if s.strip()]
 
 
 def bleu(hypotheses, references):
@@ -32,37 +41,45 @@ def bleu(hypotheses, references):
     return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
 
 
-_ROUGE_SCORER = None
+_ROUGE_SCORERS = {}  # stemmer -> scorer
 
 
-def rouge_l(hypotheses, references):
-    """Mean rougeLsum F-measure x 100, with the Porter stemmer (see `rouge_l_each`)."""
-    scores = rouge_l_each(hypotheses, references)
+def rouge_l(hypotheses, references, *, stemmer=True):
+    """Mean rougeLsum F-measure x 100 (see `rouge_l_each`)."""
+    scores = rouge_l_each(hypotheses, references, stemmer=stemmer)
     return sum(scores) / len(scores)
 
 
-def rouge_l_each(hypotheses, references):
-    """rougeLsum F-measure x 100 of every hypothesis, with the Porter stemmer.
+def rouge_l_each(hypotheses, references, *, stemmer=True):
+    """rougeLsum F-measure x 100 of every hypothesis, with rouge-score's Porter stemmer or without (``stemmer=False``:
+    the paper's summarization tasks, see ``tasks.metric_options``).
 
     rougeLsum treats lines as sentences, so each text is first split into
     sentences with ``split_sentences`` and re-joined with newlines.
     """
-    global _ROUGE_SCORER
+    if not isinstance(stemmer, bool):
+        raise TypeError(f"stemmer must be True or False; got {stemmer!r}")
     _check_pairs(hypotheses, references)
-    if _ROUGE_SCORER is None:
+    if stemmer not in _ROUGE_SCORERS:
         from rouge_score import rouge_scorer  # slow import (nltk), only when needed
 
-        _ROUGE_SCORER = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
-    return [100.0 * _ROUGE_SCORER.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))["rougeLsum"]
-            .fmeasure for hyp, ref in zip(hypotheses, references)]
+        _ROUGE_SCORERS[stemmer] = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=stemmer)
+    scorer = _ROUGE_SCORERS[stemmer]
+    return [100.0 * scorer.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))["rougeLsum"].fmeasure
+            for hyp, ref in zip(hypotheses, references)]
 
 
-def score(metric, hypotheses, references):
-    """Score with ``metric``: "bleu" or "rougeL"."""
+def score(metric, hypotheses, references, **options):
+    """Score with ``metric``: "bleu" or "rougeL" (``options``: rouge_l's ``stemmer``; ``tasks.metric_options``)."""
     if metric == "bleu":
+        if options:
+            raise ValueError(f"bleu takes no options; got {', '.join(sorted(options))}")
         return bleu(hypotheses, references)
     if metric == "rougeL":
-        return rouge_l(hypotheses, references)
+        unknown = sorted(set(options) - {"stemmer"})
+        if unknown:
+            raise ValueError(f"rougeL takes the option stemmer only; got {', '.join(unknown)}")
+        return rouge_l(hypotheses, references, **options)
     raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
 
 
@@ -84,7 +101,7 @@ def _check_pairs(hypotheses, references):
 # Per-example data, from which the corpus score of any resample of examples is computed (bootstrap intervals)
 
 
-def sentence_data(metric, hypotheses, references):
+def sentence_data(metric, hypotheses, references, **options):
     """What the corpus score is made of, one row per example: sacrebleu's sufficient statistics for BLEU
     (sys_len, ref_len, correct[4], total[4]), the rougeLsum F-measure x 100 for ROUGE-L."""
     import numpy as np
@@ -95,7 +112,7 @@ def sentence_data(metric, hypotheses, references):
 
         return np.asarray(BLEU()._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.int64)
     if metric == "rougeL":
-        return np.asarray(rouge_l_each(hypotheses, references), dtype=float)
+        return np.asarray(rouge_l_each(hypotheses, references, **options), dtype=float)
     raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
 
 

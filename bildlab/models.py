@@ -42,6 +42,14 @@ PAPER_PAIRS = {
     "cnn_dailymail": ("kssteven/T5-large-cnndm", "kssteven/T5-small-cnndm", "kssteven/T5-small-cnndm-bild-aligned"),
 }
 PAIRS = tuple(TOY_PAIRS) + tuple(PAPER_PAIRS)
+DRAFTS = ("small", "aligned", "early-exit")  # the draft models of a pair (evaluate's `draft`)
+# the paper's preprocessing (the authors' scripts): the tokenizer of the pretrained model, not of the fine-tuned
+# checkpoint; a task prefix for summarization only; sources truncated to 1024 tokens (EOS included)
+PAPER_TOKENIZERS = {"iwslt2017-de-en": "google/mt5-small", "wmt14-de-en": "google/mt5-small",
+                    "xsum": "google-t5/t5-small", "cnn_dailymail": "google-t5/t5-small"}
+PAPER_PREFIX = {"iwslt2017-de-en": "", "wmt14-de-en": "", "xsum": "summarize: ", "cnn_dailymail": "summarize: "}
+MAX_SOURCE_TOKENS = 1024
+PAPER_MAX_NEW_TOKENS = 127  # the paper's max_length=128 in transformers 4.x terms (the decoder start token counted)
 
 
 def task_of(pair: str) -> str:
@@ -55,13 +63,17 @@ class Pair:
     large: torch.nn.Module
     small: torch.nn.Module
     tokenizer: object
-    prefix: str = ""  # prepended to every source (the toy zoo is multitask)
+    prefix: str = ""  # prepended to every source (the toy zoo is multitask; the paper's summarization pairs)
     task: str | None = None
+    max_source_tokens: int | None = None  # sources longer than this (EOS included) are truncated; None: never
 
     def encode(self, source: str) -> torch.Tensor:
         """Model input ids [1, n] for a source text: prefix + source + EOS (encoder-decoder), and for decoder-only
-        models the separator that starts the answer."""
+        models the separator that starts the answer; at most `max_source_tokens` ids, the last one EOS/separator
+        (as a tokenizer's truncation=True, max_length=max_source_tokens)."""
         ids = self.tokenizer(self.prefix + source, add_special_tokens=False)["input_ids"]
+        if self.max_source_tokens is not None:
+            ids = ids[: self.max_source_tokens - 1]
         end = self.tokenizer.sep_token_id if not self.large.config.is_encoder_decoder else self.tokenizer.eos_token_id
         return torch.tensor([ids + [end]], device=self.large.device)
 
@@ -81,8 +93,14 @@ def zoo_dir() -> Path:
 
 
 def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, device: str | torch.device = "cpu",
-              dtype: torch.dtype = torch.float32) -> Pair:
-    """Load a (large, small) pair by name; toy pairs from the shipped zoo, paper pairs from the hub."""
+              dtype: torch.dtype = torch.float32, mirror: str | os.PathLike | None = None,
+              resize_embeddings: bool = True) -> Pair:
+    """Load a (large, small) pair by name; toy pairs from the shipped zoo, paper pairs from the hub or a local mirror
+    (`mirror`, default $BILDLAB_MIRROR; see `bildlab.mirror`). Paper pairs use the pretrained model's tokenizer
+    (PAPER_TOKENIZERS), the summarization prefix, sources truncated to MAX_SOURCE_TOKENS, and with
+    `resize_embeddings` (the paper's code) both models' embeddings and output layers cut to the tokenizer's size
+    (mT5: 250,100 rows, T5: 32,100), so the softmax whose maximum BiLD's fallback reads spans the tokenizer's
+    vocabulary only."""
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; known pairs: {', '.join(PAIRS)}")
     if aligned and early_exit:
@@ -103,13 +121,68 @@ def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, dev
         return Pair(name, large, small, tokenizer, prefix, task)
     if early_exit:
         raise ValueError("early_exit=True is only available for the toy pairs")
+    if not isinstance(resize_embeddings, bool):
+        raise TypeError(f"resize_embeddings must be True or False; got {resize_embeddings!r}")
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from . import mirror as _mirror
+
+    def where(repo_id):  # the mirror's folder, else the hub id (or its local cache)
+        folder = _mirror.repo_dir(repo_id, mirror)
+        return str(folder) if folder is not None else repo_id
+
     large_id, small_id, aligned_id = PAPER_PAIRS[name]
-    tokenizer = AutoTokenizer.from_pretrained(large_id)
-    large = AutoModelForSeq2SeqLM.from_pretrained(large_id, dtype=dtype).eval()
-    small = AutoModelForSeq2SeqLM.from_pretrained(aligned_id if aligned else small_id, dtype=dtype).eval()
-    return Pair(name, large.to(device), small.to(device), tokenizer, "", name)
+    tokenizer = AutoTokenizer.from_pretrained(where(PAPER_TOKENIZERS[name]))
+    models = []
+    for repo_id in (large_id, aligned_id if aligned else small_id):
+        with _quiet():
+            model = AutoModelForSeq2SeqLM.from_pretrained(where(repo_id), dtype=dtype).eval()
+        if resize_embeddings and model.get_input_embeddings().num_embeddings != len(tokenizer):
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        models.append(model.to(device))
+    return Pair(name, *models, tokenizer, PAPER_PREFIX[name], name, MAX_SOURCE_TOKENS)
+
+
+def provenance(pair: str, draft: str = "small", *, mirror: str | os.PathLike | None = None,
+               resize_embeddings: bool = True) -> dict:
+    """What a paper pair's outputs are a function of, besides the decoding policy, for keying results: the repo ids
+    of the large model, the draft and the tokenizer with the commit each was fetched at ("revision": the hub cache's
+    snapshot, or a mirror folder's download record; None when unknown), and the preprocessing (prefix, source
+    truncation, embedding resize). `draft`: "small", "aligned" or "early-exit". Toy pairs: {} (the zoo's files are
+    hashed by the harness)."""
+    if pair not in PAIRS:
+        raise ValueError(f"unknown pair {pair!r}; known pairs: {', '.join(PAIRS)}")
+    if draft not in DRAFTS:
+        raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {draft!r}")
+    if pair in TOY_PAIRS:
+        return {}
+    if draft == "early-exit":
+        raise ValueError("early_exit=True is only available for the toy pairs")
+    large_id, small_id, aligned_id = PAPER_PAIRS[pair]
+    repos = {"large": large_id, "draft": aligned_id if draft == "aligned" else small_id,
+             "tokenizer": PAPER_TOKENIZERS[pair]}
+    out = {role: {"repo": repo_id, "revision": _revision(repo_id, mirror)} for role, repo_id in repos.items()}
+    out.update(prefix=PAPER_PREFIX[pair], max_source_tokens=MAX_SOURCE_TOKENS, resize_embeddings=resize_embeddings)
+    return out
+
+
+def _revision(repo_id: str, mirror) -> str | None:
+    """The commit of a model or tokenizer repo: the mirror folder's download record, or the hub cache's snapshot
+    holding its config (fetched if needed); None if neither can tell."""
+    from . import mirror as _mirror
+
+    folder = _mirror.repo_dir(repo_id, mirror)
+    if folder is not None:
+        names = [n for n in ("config.json", "tokenizer_config.json") if (folder / n).is_file()]
+        return _mirror.revision(folder, names[:1]) if names else None
+    from huggingface_hub import hf_hub_download
+
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            return Path(hf_hub_download(repo_id, name)).parent.name  # .../snapshots/<commit>/<name>
+        except Exception:  # noqa: BLE001 - not in the repo, or neither network nor cache: try the next, else unknown
+            continue
+    return None
 
 
 def _load_tokenizer(path: Path):

@@ -102,9 +102,11 @@ def _next_logits(model, x, seq):
 
 
 @torch.no_grad()
-def reference_bild(large, small, x, max_new, fallback, rollback, n_max, eos):
+def reference_bild(large, small, x, max_new, fallback, rollback, n_max, eos, rule="first-differing"):
     """Algorithm 1 of Kim et al. written as plainly as possible (full recomputation, no caches), with the two fixes
-    bildlab makes: no second large pass after a rollback, and trailing small tokens are checked by the large model."""
+    bildlab makes: no second large pass after a rollback, and trailing small tokens are checked by the large model.
+    rule "first-differing": roll back at the first token above the threshold that differs from the large argmax;
+    "first-above" (the public code): only the first token above the threshold is examined."""
     start = [large.config.decoder_start_token_id] if large.config.is_encoder_decoder else x[0].tolist()
     seq = list(start)
     checked = len(seq)  # seq[:checked] was written or checked by the large model
@@ -116,13 +118,18 @@ def reference_bild(large, small, x, max_new, fallback, rollback, n_max, eos):
         nonlocal seq, checked
         rows = _next_logits(large, x, seq)[checked - 1 :]
         chunk = seq[checked:]
+        cut = None
         for i, tok in enumerate(chunk):
-            if -rows[i].log_softmax(-1)[tok] > rollback and int(rows[i].argmax()) != tok:
-                seq = seq[: checked + i] + [int(rows[i].argmax())]
+            above = bool(-rows[i].log_softmax(-1)[tok] > rollback)
+            if above and int(rows[i].argmax()) != tok:
+                cut = i
                 break
-        else:
-            if len(out()) < max_new and not (chunk and chunk[-1] == eos):
-                seq.append(int(rows[-1].argmax()))
+            if above and rule == "first-above":
+                break  # the first token above the threshold is the large argmax: no rollback
+        if cut is not None:
+            seq = seq[: checked + cut] + [int(rows[cut].argmax())]
+        elif len(out()) < max_new and not (chunk and chunk[-1] == eos):
+            seq.append(int(rows[-1].argmax()))
         checked = len(seq)
 
     large_step()  # the first decoder step is the large model's
@@ -475,3 +482,64 @@ def test_benchmark_refuses_hf_assisted_where_transformers_breaks_it(models, monk
     large, drafts = models["llama"]  # decoder-only models are not affected
     result = bench.compare(large, drafts["random"], [prompt(0), prompt(1)], warmup=1, max_new_tokens=4)
     assert result.identical("hf_assisted")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the rollback rule: bildlab's "first-differing" (default) and the paper's public code's "first-above"
+
+
+def test_rollback_rules_differ_on_a_constructed_verification():
+    from bildlab.decoding import _accept_rollback
+
+    # 3 drafted tokens; the large model's logits at the 4 positions. Position 0: a flat distribution whose argmax (1)
+    # is the drafted token but has -log p = 1.19 > 1.0; position 1: the drafted token 3 is unlikely (-log p = 10.0)
+    # and differs from the argmax 2; position 2: drafted 4 = argmax, confident.
+    logits = torch.full((4, 5), -10.0)
+    logits[0] = torch.tensor([0.0, 0.5, 0.0, 0.0, 0.0])
+    logits[1, 2] = 0.0
+    logits[2, 4] = 0.0
+    logits[3, 0] = 0.0
+    draft = torch.tensor([1, 3, 4])
+    nll = -logits[:3].log_softmax(-1).gather(-1, draft[:, None])[:, 0]
+    assert nll[0] > 1.0 and nll[1] > 9.0 and nll[2] < 1e-3
+    # bildlab: the first token above the threshold that differs from the argmax (position 1) is replaced by 2
+    assert _accept_rollback(1.0, "first-differing")(draft, logits, None) == ([1], 2)
+    assert _accept_rollback(1.0)(draft, logits, None) == ([1], 2)  # the default
+    # the public code: the first token above the threshold (position 0) equals the argmax, so nothing is rolled back
+    # and the unlikely token 3 stays; the large model's token after the draft follows
+    assert _accept_rollback(1.0, "first-above")(draft, logits, None) == ([1, 3, 4], 0)
+    # the same verdict when the first token above the threshold differs from the argmax
+    assert _accept_rollback(2.0, "first-differing")(draft, logits, None) == ([1], 2)
+    assert _accept_rollback(2.0, "first-above")(draft, logits, None) == ([1], 2)
+    # rollback=0 is lossless (greedy) only under bildlab's rule
+    assert _accept_rollback(0.0, "first-differing")(draft, logits, None) == ([1], 2)
+    assert _accept_rollback(0.0, "first-above")(draft, logits, None) == ([1, 3, 4], 0)
+
+
+def test_bild_rollback_rules_equal_the_reference():
+    differ = 0
+    pairs = {arch: (tiny(arch, seed=21, scale=2.0),) for arch in ("gpt2", "t5")}
+    pairs = {arch: (large, perturbed(large, 0.3, seed=5)) for arch, (large,) in pairs.items()}
+    for (large, small), seed in [(pair, s) for pair in pairs.values() for s in range(3)]:
+        x = prompt(seed)
+        for fallback, rollback, n_max in [(0.2, 1.0, 10), (0.5, 0.5, 3), (0.0, 2.0, 4), (0.9, 0.1, 10)]:
+            outs = {}
+            for rule in ("first-differing", "first-above"):
+                ref = reference_bild(large, small, x, N_NEW, fallback, rollback, n_max, EOS, rule=rule)
+                out = bildlab.generate(large, x, small=small, method="bild", max_new_tokens=N_NEW, fallback=fallback,
+                                       rollback=rollback, max_small_steps=n_max, eos_token_id=EOS, rollback_rule=rule)
+                assert out.tokens == ref, (rule, seed, fallback, rollback, n_max)
+                outs[rule] = out.tokens
+            differ += outs["first-differing"] != outs["first-above"]
+    assert differ > 0  # the sweep reaches verifications where the two rules disagree (on the gpt2 pair)
+
+
+def test_rollback_rule_is_checked():
+    from bildlab.decoding import ROLLBACK_RULES, check_policy
+
+    assert ROLLBACK_RULES == ("first-differing", "first-above")
+    with pytest.raises(ValueError, match="rollback_rule must be one of 'first-differing', 'first-above'; got 'paper'"):
+        check_policy("bild", rollback_rule="paper")
+    large = tiny("t5", seed=1)
+    with pytest.raises(ValueError, match="rollback_rule must be one of"):
+        bildlab.generate(large, prompt(0), small=large, method="bild", rollback_rule="official")

@@ -87,3 +87,53 @@ def test_type_errors_name_the_parameter():
         bleu("a cat", ["a cat"])
     with pytest.raises(TypeError, match=r"references\[1\] must be a str; got NoneType"):
         rouge_l(["a", "b"], ["a", None])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# sentence splitting (offline Punkt with a fixed abbreviation list) and the paper's ROUGE settings
+
+
+def test_split_sentences_keeps_abbreviations_and_initials():
+    assert split_sentences("The U.S. Army said on Monday it would act. Officials agreed.") == [
+        "The U.S. Army said on Monday it would act.", "Officials agreed."]
+    assert split_sentences("Mr. Smith met Dr. Jones at 3 p.m. on Friday. They talked.") == [
+        "Mr. Smith met Dr. Jones at 3 p.m. on Friday.", "They talked."]
+    assert split_sentences("J. K. Rowling wrote it. The U.K. government disagreed.") == [
+        "J. K. Rowling wrote it.", "The U.K. government disagreed."]
+    # newlines always end a sentence (CNN/DailyMail highlights: one per line, often without a full stop)
+    assert split_sentences("Police say 3 were hurt\nThe road is closed .\n\n") == [
+        "Police say 3 were hurt", "The road is closed ."]
+
+
+def test_split_sentences_equals_the_old_regex_on_the_toy_task(tmp_path, monkeypatch):
+    # the toy metric is unchanged: on every toy-sum validation text the new splitter cuts where the regex of
+    # bildlab <= 0.1 cut (sentence-final punctuation, maybe a closing quote, then whitespace)
+    import re
+
+    from bildlab.tasks import load_task
+
+    old = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
+    monkeypatch.setenv("BILDLAB_CACHE", str(tmp_path))
+    texts = [t for e in load_task("toy-sum", "validation") for t in (e["source"], e["target"])]
+    assert len(texts) == 2000
+    assert all(split_sentences(t) == [s for s in old.split(t.strip()) if s] for t in texts)
+
+
+def test_rouge_stemmer_option():
+    hyp, ref = ["storm hitting town"], ["storms hit towns"]
+    assert rouge_l(hyp, ref) == pytest.approx(100.0)  # Porter stemmer (toy task)
+    assert rouge_l(hyp, ref, stemmer=False) == pytest.approx(0.0)  # no stemmer (the paper's tasks)
+    assert score("rougeL", hyp, ref, stemmer=False) == pytest.approx(0.0)
+    with pytest.raises(TypeError, match="stemmer must be True or False"):
+        rouge_l(hyp, ref, stemmer="no")
+    with pytest.raises(ValueError, match="rougeL takes the option stemmer only; got use_stemmer"):
+        score("rougeL", hyp, ref, use_stemmer=False)
+    with pytest.raises(ValueError, match="bleu takes no options; got stemmer"):
+        score("bleu", hyp, ref, stemmer=False)
+
+
+def test_metric_options_per_task():
+    from bildlab.tasks import metric_options
+
+    assert [metric_options(t) for t in ("toy-mt", "toy-sum", "iwslt2017-de-en", "wmt14-de-en", "xsum",
+                                         "cnn_dailymail")] == [{}, {}, {}, {}, {"stemmer": False}, {"stemmer": False}]

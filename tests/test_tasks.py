@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from bildlab import tasks
+from bildlab.tasks import toy_mt, toy_sum
 from bildlab.metrics import split_sentences
 from bildlab.tasks import (PAPER_TASKS, SPLITS, TOY_SIZES, TOY_TASKS, load_task,
                            task_metric)
@@ -166,7 +167,7 @@ def test_bad_arguments(cache):
     for limit in ("10", 2.0, True):
         with pytest.raises(TypeError, match="limit must be a positive int or None; got"):
             load_task("toy-mt", "validation", limit=limit)
-    with pytest.raises(ValueError, match="data_files is only for the paper tasks"):
+    with pytest.raises(ValueError, match="data_files: only for the paper tasks"):
         load_task("toy-mt", "validation", data_files="x.jsonl")
     with pytest.raises(ValueError, match="name must be one of toy-mt, toy-sum"):
         tasks.generate_toy_split("xsum", "train")
@@ -181,18 +182,18 @@ def mt_forms():
     lex = tasks.mt_lexicon()
     src_verb, tgt_verb = {}, {}
     for i, v in enumerate(lex["verbs"]):
-        for tense, endings in tasks.SRC_VERB_ENDINGS.items():
+        for tense, endings in toy_mt.SRC_VERB_ENDINGS.items():
             for p, ending in enumerate(endings):
-                src_verb[v["src"] + ending] = (i, tense, tasks.PERSONS[p])
+                src_verb[v["src"] + ending] = (i, tense, toy_mt.PERSONS[p])
         for forms in v["senses"].values():
             for slot, form in enumerate(forms):
                 tgt_verb[form] = slot
     for idiom in lex["verb_idioms"]:
         for slot, form in enumerate(idiom["tgt"]):
             tgt_verb[form] = slot
-    src_adj = {a["src"] + s: i for i, a in enumerate(lex["adjs"]) for s in tasks.SRC_SUFFIX.values()}
+    src_adj = {a["src"] + s: i for i, a in enumerate(lex["adjs"]) for s in toy_mt.SRC_SUFFIX.values()}
     tgt_adj = {form: i for i, a in enumerate(lex["adjs"]) for form in a["tgt"]}
-    src_noun = {n["src"] + tasks.SRC_SUFFIX[n["gender"], num]: i
+    src_noun = {n["src"] + toy_mt.SRC_SUFFIX[n["gender"], num]: i
                 for i, n in enumerate(lex["nouns"]) for num in ("sg", "pl")}
     tgt_noun = {form: i for i, n in enumerate(lex["nouns"]) for form in n["tgt"]}
     return dict(src_verb=src_verb, tgt_verb=tgt_verb, src_adj=src_adj, tgt_adj=tgt_adj,
@@ -200,10 +201,10 @@ def mt_forms():
 
 
 def test_mt_lexicon_is_deterministic_and_unambiguous():
-    lex = tasks._build_mt_lexicon()
-    assert lex == tasks._build_mt_lexicon()
-    assert len(lex["nouns"]) == tasks.N_NOUNS
-    assert len(lex["verbs"]) == tasks.N_INTRANSITIVE + tasks.N_CLAUSAL + tasks.N_TRANSITIVE + tasks.N_POLYSEMOUS
+    lex = toy_mt._build_mt_lexicon()
+    assert lex == toy_mt._build_mt_lexicon()
+    assert len(lex["nouns"]) == toy_mt.N_NOUNS
+    assert len(lex["verbs"]) == toy_mt.N_INTRANSITIVE + toy_mt.N_CLAUSAL + toy_mt.N_TRANSITIVE + toy_mt.N_POLYSEMOUS
     n_lexemes = sum(len(lex[k]) for k in ("nouns", "adjs", "advs", "verbs", "verb_idioms", "compounds"))
     assert n_lexemes > 350  # v2: about 330 lemmas + 70 multi-word expressions (learnable by the toy zoo in an hour)
     # every target form belongs to exactly one lexeme
@@ -240,7 +241,7 @@ def test_mt_target_vocabulary_size(data):
 def test_mt_polysemous_verbs_depend_on_object_class(data):
     lex, forms = tasks.mt_lexicon(), mt_forms()
     poly = {i for i, v in enumerate(lex["verbs"]) if v["poly"]}
-    assert len(poly) == tasks.N_POLYSEMOUS
+    assert len(poly) == toy_mt.N_POLYSEMOUS
     assert all(len(set(lex["verbs"][i]["senses"].values())) >= 2 for i in poly)
     seen = collections.defaultdict(set)  # source verb -> target verbs in sentences using it
     for e in data("toy-mt", "train"):
@@ -249,7 +250,7 @@ def test_mt_polysemous_verbs_depend_on_object_class(data):
             for sense in lex["verbs"][i]["senses"].values():
                 if set(sense) & set(e["target"].split()):
                     seen[i].add(sense[0])
-    assert sum(len(translations) >= 2 for translations in seen.values()) >= tasks.N_POLYSEMOUS - 1
+    assert sum(len(translations) >= 2 for translations in seen.values()) >= toy_mt.N_POLYSEMOUS - 1
 
 
 def test_mt_postposition_depends_on_noun_class(data):
@@ -262,10 +263,10 @@ def test_mt_postposition_depends_on_noun_class(data):
 
 def test_mt_adjectives_follow_the_noun_in_source_and_precede_it_in_target():
     forms = mt_forms()
-    gen = tasks._MTGenerator(tasks.mt_lexicon(), random.Random(0))
+    gen = toy_mt._MTGenerator(tasks.mt_lexicon(), random.Random(0))
     checked = 0
     for _ in range(2000):
-        src, tgt, number = gen.noun_phrase(random.Random(_).choice(tasks.NOUN_CLASSES))
+        src, tgt, number = gen.noun_phrase(random.Random(_).choice(toy_mt.NOUN_CLASSES))
         if src[1] not in forms["src_noun"] or len(src) < 3 or src[2] not in forms["src_adj"]:
             continue  # no adjective, or a compound
         src_adjs = [forms["src_adj"][w] for w in src[2:]]
@@ -279,7 +280,7 @@ def test_mt_adjectives_follow_the_noun_in_source_and_precede_it_in_target():
 
 def test_mt_subordinate_clauses_are_verb_final_in_source_only(data):
     forms = mt_forms()
-    subordinators = {s for s, _ in tasks.SUBORDINATORS}
+    subordinators = {s for s, _ in toy_mt.SUBORDINATORS}
     final, target_final, fronted = 0, 0, 0
     for e in data("toy-mt", "validation") + data("toy-mt", "test"):
         src, tgt = e["source"].split(), e["target"].split()
@@ -322,7 +323,7 @@ def test_mt_multiword_expressions(data):
     idioms = {(lex["verbs"][i["verb"]]["src"], lex["nouns"][i["noun"]]["src"]): i["tgt"]
               for i in lex["verb_idioms"]}
     compounds = {(c["head"], lex["nouns"][c["mod"]]["src"]): c["tgt"] for c in lex["compounds"]}
-    adverbials = {(lex["nouns"][i["noun"]]["src"], tasks.POSTPOSITIONS[i["post"]][0]): " ".join(i["tgt"])
+    adverbials = {(lex["nouns"][i["noun"]]["src"], toy_mt.POSTPOSITIONS[i["post"]][0]): " ".join(i["tgt"])
                   for i in lex["adv_idioms"]}
     found = collections.Counter()
     for e in data("toy-mt", "train")[:20000]:
@@ -385,17 +386,17 @@ def test_sum_documents_have_distractors(data):
 
 
 def test_sum_templates_only_use_document_slots():
-    gen = tasks._SumGenerator(tasks.sum_lexicon(), random.Random(0))
-    for event in tasks.SUM_EVENTS:
+    gen = toy_sum._SumGenerator(tasks.sum_lexicon(), random.Random(0))
+    for event in toy_sum.SUM_EVENTS:
         known = set(gen.facts(event))
         assert len(event["lead"]) == len(event["summary"])
         for lead, summary in zip(event["lead"], event["summary"]):
-            assert tasks._slots(summary) <= tasks._slots(lead), event["name"]
+            assert toy_sum._slots(summary) <= toy_sum._slots(lead), event["name"]
         for doc, summary in event["extras"]:
-            assert tasks._slots(summary) <= tasks._slots(doc), event["name"]
+            assert toy_sum._slots(summary) <= toy_sum._slots(doc), event["name"]
         texts = list(event["lead"]) + [t for pair in event["extras"] for t in pair] + list(event["other"])
-        assert set().union(*map(tasks._slots, texts)) <= known
-    assert set().union(*map(tasks._slots, tasks.SUM_FILLERS + tasks.SUM_OPENINGS)) <= known
+        assert set().union(*map(toy_sum._slots, texts)) <= known
+    assert set().union(*map(toy_sum._slots, toy_sum.SUM_FILLERS + toy_sum.SUM_OPENINGS)) <= known
 
 
 # ---------------------------------------------------------------------------
@@ -404,12 +405,8 @@ def test_sum_templates_only_use_document_slots():
 
 @pytest.fixture
 def offline(cache, monkeypatch):
-    datasets = pytest.importorskip("datasets")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.delenv("BILDLAB_MIRROR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
-    return datasets
 
 
 def write_jsonl(path, rows):
@@ -446,27 +443,20 @@ def test_cnn_dailymail_stand_in_csv(offline, tmp_path):
         {"source": "Second article.", "target": "Highlight two."}]
 
 
-def test_paper_task_uses_hub_path_config_and_split(offline, monkeypatch):
-    calls = []
-
-    def fake_load_dataset(path, config=None, split=None, **kwargs):
-        calls.append((path, config, split))
-        return offline.Dataset.from_list([{"document": "d1", "summary": "s1"},
-                                          {"document": "d2", "summary": "s2"}])
-
-    monkeypatch.setattr(offline, "load_dataset", fake_load_dataset)
-    assert load_task("xsum", "validation", limit=1) == [{"source": "d1", "target": "s1"}]
-    assert calls == [("EdinburghNLP/xsum", None, "validation")]
-    for name, path, config in [("iwslt2017-de-en", "iwslt2017", "iwslt2017-de-en"),
-                               ("wmt14-de-en", "wmt14", "de-en"), ("cnn_dailymail", "cnn_dailymail", "3.0.0")]:
-        calls.clear()
-        with pytest.raises(KeyError):  # the fake rows lack the task's columns
-            load_task(name, "test")
-        assert calls == [(path, config, "test")]
+def test_stand_in_files_are_the_whole_split(offline, tmp_path):
+    # several files are read in order; empty rows dropped; the row count checked when declared
+    a = write_jsonl(tmp_path / "a.jsonl", [{"document": "d1", "summary": "s1"}, {"document": " ", "summary": "s"}])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"document": "d2", "summary": "s2"}])
+    assert load_task("xsum", "validation", data_files=[a, b]) == [{"source": "d1", "target": "s1"},
+                                                                  {"source": "d2", "target": "s2"}]
+    with pytest.raises(ValueError, match="xsum validation: 3 rows in a.jsonl, b.jsonl, expected 4"):
+        load_task("xsum", "validation", data_files=[a, b], rows=4)
+    with pytest.raises(ValueError, match=r"xsum: row 0 has no column document; it has \['text'\]"):
+        load_task("xsum", "validation", data_files=write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}]))
 
 
 def test_paper_task_bad_data_files(offline, tmp_path):
-    with pytest.raises(ValueError, match=r"data_files must end in .jsonl, .json or .csv; got '.*raw.txt'"):
+    with pytest.raises(ValueError, match=r"data_files must end in .parquet, .jsonl, .json, .csv; got '.*raw.txt'"):
         load_task("xsum", "test", data_files=str(tmp_path / "raw.txt"))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_task("xsum", "test", data_files=str(tmp_path / "missing.jsonl"))

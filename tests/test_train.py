@@ -213,8 +213,10 @@ def test_paper_pairs_load_through_the_hub_api(tmp_path, monkeypatch):
     tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "small")
     tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "aligned")
     monkeypatch.setitem(models.PAPER_PAIRS, "xsum", tuple(str(tmp_path / n) for n in ("large", "small", "aligned")))
+    monkeypatch.setitem(models.PAPER_TOKENIZERS, "xsum", str(tmp_path / "large"))
+    monkeypatch.delenv("BILDLAB_MIRROR", raising=False)
     pair = models.load_pair("xsum", aligned=True)
-    assert pair.task == "xsum" and pair.prefix == ""
+    assert pair.task == "xsum" and pair.prefix == "summarize: " and pair.max_source_tokens == 1024
     assert pair.small.config.num_decoder_layers == 1
     assert json.loads((tmp_path / "aligned" / "config.json").read_text())["num_decoder_layers"] == 1
     with pytest.raises(ValueError, match="only available for the toy pairs"):
