@@ -60,6 +60,11 @@ def _study(args) -> int:
         import yaml
 
         overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
+    if args.plan:
+        from .plan import format_plan, plan
+
+        print(format_plan(plan(args.profile, args.notebook, overrides), args.profile))
+        return 0
     run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params)
     return 0
 
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--profile", default="toy", choices=("toy", "paper"),
                        help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box")
     study.add_argument("--notebook", action="append", help="run only this notebook (name without .ipynb); repeatable")
+    study.add_argument("--plan", action="store_true",
+                       help="print the sweeps, the decodes still to run and an estimate of the hours; run nothing")
     study.add_argument("--out", default=None, help="run folder (default: runs/<profile>)")
     study.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                        help="override a parameter in every chosen notebook (YAML value), like papermill -p")

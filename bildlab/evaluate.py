@@ -28,10 +28,11 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, tasks, timing
+from . import __version__, plan, tasks, timing
 from .benchmark import hf_generate
 from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
+from .models import provenance as models_provenance
 from .registry import DEFAULT_REGISTRY, Registry, digest
 from .summary import pareto, summarize  # noqa: F401  (pareto: part of the harness's interface)
 
@@ -120,7 +121,7 @@ def _fingerprint(name: str, draft: str, root: str) -> str:
 
 
 def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, max_new_tokens: int, device: str,
-            threads, repeats: int, hf_baseline: bool, timing_pass: int) -> dict:
+            threads, repeats: int, hf_baseline: bool, timing_pass: int, provenance: bool = True) -> dict:
     """The registry key of one policy of a sweep: everything that determines its record."""
     import transformers
 
@@ -134,7 +135,21 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
             "max_new_tokens": max_new_tokens, "device": device, "threads": threads, "repeats": repeats,
             "timing_pass": timing_pass, "bildlab": __version__, "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "models": _fingerprint(pair, draft or "small", str(zoo_dir()))}
+            **(_provenance(pair, task, split, draft or "small") if provenance else {})}
+
+
+def _provenance(pair: str, task: str, split: str, draft: str) -> dict:
+    """What the outputs are a function of besides the policy: a toy pair's model files (content hash; the toy tasks'
+    generators are versioned with the package), or a paper pair's repos and commits and its data's source, commit,
+    file hashes and preprocessing version."""
+    if pair in TOY_PAIRS:
+        return {"models": _fingerprint(pair, draft, str(zoo_dir()))}
+    return {"models": models_provenance(pair, draft), "data": _data_provenance(task, split)}
+
+
+@lru_cache(maxsize=16)
+def _data_provenance(task: str, split: str) -> dict:
+    return tasks.provenance(task, split)
 
 
 def evaluate(pair: str, task: str | None = None, method: str = "bild", *, draft: str = "small", k: int = 4,
@@ -167,13 +182,23 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
         check_entry(pair, e)
     if check_only:
         return None
-    keys = [run_key(pair, task, split, limit, e, seed=seed, max_new_tokens=max_new_tokens, device=device,
-                    threads=threads, repeats=repeats, hf_baseline=hf_baseline, timing_pass=timing_pass)
-            for e in entries]
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
+    common_key = dict(seed=seed, max_new_tokens=max_new_tokens, device=device, threads=threads, repeats=repeats,
+                      hf_baseline=hf_baseline, timing_pass=timing_pass)
+    try:
+        keys = [run_key(pair, task, split, limit, e, **common_key) for e in entries]
+    except (OSError, RuntimeError):
+        if not plan.active():
+            raise
+        # planning offline: the models' commits are unknown, so nothing can be looked up; everything is to run
+        keys, reg = [run_key(pair, task, split, limit, e, **common_key, provenance=False) for e in entries], None
     found = [None if reg is None or force else reg.get(key) for key in keys]
     todo = [i for i, rec in enumerate(found) if rec is None]
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
+    if plan.active():  # `bildlab study --plan`: note what would run, run nothing
+        n = _size(task, split, limit)
+        return plan.record(pair, task, split, n, todo, len(runner_names([entries[i] for i in todo], hf_baseline)),
+                           keys)
     if todo:
         made = _run(pair, task, split, limit, [entries[i] for i in todo], [keys[i] for i in todo], reg,
                     seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
@@ -181,6 +206,14 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
         for i, rec in zip(todo, made):
             found[i] = rec
     return [found[i] if found[i] is not None else found[keys.index(keys[i])] for i in range(len(keys))]
+
+
+def _size(task: str, split: str, limit) -> int:
+    """The number of examples a sweep covers, without loading a paper task's data (its published row count)."""
+    if task in tasks.PAPER_TASKS:
+        rows = tasks.paper.SOURCES[task].rows[split]
+        return rows if limit is None else min(limit, rows)
+    return len(tasks.load_task(task, split, limit=limit))
 
 
 def _truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:

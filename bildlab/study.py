@@ -176,6 +176,8 @@ def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
 
     from . import intervals, metrics
 
+    if bild.get("placeholder"):  # planning: nothing was decoded
+        return 0.0, (0.0, 0.0)
     key = bild["key"]
     refs = [ex["target"] for ex in ev.tasks.load_task(key["task"], key["split"], limit=key["limit"])]
     metric = bild["summary"]["metric"]
@@ -325,6 +327,9 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                               "draft": draft}
         names = list(chosen)
         unique = list({json.dumps(v, sort_keys=True): v for v in chosen.values()}.values())
+        if ev.plan.active():  # planning: count as many distinct chosen policies as there are rows to fill
+            unique = [{**g, "draft": d} for d in ("small", "aligned") for g in grid[:3]]
+            chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
         tests = {p: ev.sweep(pair, unique, timing_pass=p, **run) for p in range(1, passes + 1)} if unique else {}
         by_policy = {json.dumps(u, sort_keys=True): [tests[p][j] for p in tests] for j, u in enumerate(unique)}
         for p in tests:
@@ -532,10 +537,14 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             for k in as_list(name):
                 if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                     raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
-        elif name in ("limit", "val_limit"):
+        elif name in ("limit", "val_limit", "assisted_limit"):
             v = params[name]
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
+        elif name == "max_new_tokens":
+            v = params[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"max_new_tokens must be an integer >= 1; got {v!r}")
         elif name in ("passes", "threads", "repeats"):
             v = params[name]
             if (isinstance(v, bool) or not isinstance(v, int) or v < 1) and not (name == "threads" and v is None):
