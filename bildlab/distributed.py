@@ -129,6 +129,6 @@ def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray"
                     bar.update()
     finally:
         for ref in pending:
-            ray.cancel(ref, force=True)
+            ray.cancel(ref)  # a KeyboardInterrupt in the task; its worker stays for the next sweep
         if bar is not None:
             bar.close()
