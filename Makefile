@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE = 1
 
 setup:
 	$(PYTHON) -m pip install -q "$(TORCH)"
-	$(PYTHON) -m pip install -q -e ".[notebooks,test]"
+	$(PYTHON) -m pip install -q -e ".[notebooks,test,ray]"
 
 # every notebook through papermill on the toy profile (stored back into notebooks/), figures/, results/toy/, README table
 study: setup

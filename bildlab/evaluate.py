@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, plan, tasks, timing
+from . import __version__, distributed, plan, tasks, timing
 from .benchmark import hf_generate
 from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
@@ -166,17 +166,21 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
           max_new_tokens: int = 128, seed: int = 0, warmup: int = 2, threads: int | None = 1, repeats: int = 1,
           hf_baseline: bool = True, timing_pass: int = 1,
           registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
-          progress: bool = True, check_only: bool = False, **common) -> list[dict] | None:
+          progress: bool = True, executor: str = "local", shard_size: int | None = None, check_only: bool = False,
+          **common) -> list[dict] | None:
     """Evaluate every policy of `grid` (dicts of POLICY_ARGS over `common`) on the same examples; one record each.
 
     Every entry is checked before anything runs. Policies with a record in the registry are not rerun; the others
     are timed together, interleaved with one vanilla run per example (module docstring). Finished examples are
-    checkpointed, so an interrupted sweep resumes where it stopped; records appear whole or not at all."""
+    checkpointed, so an interrupted sweep resumes where it stopped; records appear whole or not at all.
+    `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port" fan them out in shards
+    of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same records."""
     task = task or (task_of(pair) if pair in PAIRS else None)
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
         raise ValueError(f"grid must be a non-empty list of policy dicts; got {grid!r}")
     check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
     timing.check(threads, repeats, warmup)
+    distributed.check(executor, shard_size)
     entries = [{**DEFAULTS, **common, **e} for e in grid]
     for e in entries:
         check_entry(pair, e)
@@ -202,7 +206,8 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
     if todo:
         made = _run(pair, task, split, limit, [entries[i] for i in todo], [keys[i] for i in todo], reg,
                     seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
-                    hf_baseline=hf_baseline, device=device, progress=progress)
+                    hf_baseline=hf_baseline, device=device, progress=progress, executor=executor,
+                    shard_size=shard_size)
         for i, rec in zip(todo, made):
             found[i] = rec
     return [found[i] if found[i] is not None else found[keys.index(keys[i])] for i in range(len(keys))]
@@ -221,7 +226,7 @@ def _truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
 
 
 def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, warmup, threads, repeats,
-         hf_baseline, device, progress) -> list[dict]:
+         hf_baseline, device, progress, executor="local", shard_size=None) -> list[dict]:
     """Time the policies `entries` together with one vanilla run per example; build, store and return records."""
     spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, seed=seed,
                 max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
@@ -238,14 +243,24 @@ def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, 
             reg.save_partial(sweep_key, done)
             saved[0] = time.monotonic()
 
+    def checkpoint_shard(rows):  # a finished Ray shard, on disk at once
+        done.update(rows)
+        if reg is not None and len(done) < n:
+            reg.save_partial(sweep_key, done)
+
     label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
     try:
-        if rest:
+        if rest and executor == "local":
             time_shard(spec, rest, progress=label if progress else False, on_row=checkpoint)
+        elif rest:
+            distributed.run_shards(spec, rest, checkpoint_shard, executor=executor, shard_size=shard_size,
+                                   progress=label if progress else False)
     finally:
         if reg is not None and len(done) < n and done:
             reg.save_partial(sweep_key, done)  # interrupted: keep what finished
-    records = build_records(spec, keys, done, sweep=digest(sweep_key))
+    # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used)
+    records = build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
+                            sweep=digest(sweep_key))
     if reg is not None:
         for key, record in zip(keys, records):
             reg.put(key, record)
@@ -265,7 +280,7 @@ def runner_names(entries: list[dict], hf_baseline: bool) -> list[str]:
 def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, on_row=None) -> dict[int, dict]:
     """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
     {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
-    every shard warms up on its own first examples."""
+    every shard warms up on its own first examples. Each row also says where it was timed (`machine`)."""
     pair, entries, mnt, seed = spec["pair"], spec["entries"], spec["max_new_tokens"], spec["seed"]
     pairs = {d: _pair(pair, d, spec["device"], spec["zoo"]) for d in sorted({e["draft"] for e in entries})}
     p = next(iter(pairs.values()))
@@ -284,9 +299,10 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
         else:
             e = entries[int(name[6:])]
             runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt)
-    done = {}
+    done, where = {}, machine(spec["device"])
 
     def keep(i, row):
+        row["machine"] = where
         done[i] = row
         if on_row is not None:
             on_row(i, row)
@@ -298,14 +314,16 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
 
 def machine(device: str) -> dict:
     """Where a shard was timed (speedups are compared only within one device)."""
-    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "device_name": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else "cpu"}
+    cuda = str(device).startswith("cuda")
+    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(), "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "device_uuid": str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None if cuda else None}
 
 
-def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
-                  machines: dict | None = None) -> list[dict]:
-    """One record per policy from the timed rows of every example (`done`, {index: row}); `machines` maps an
-    example index to where it was timed (default: this machine, for all)."""
+def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str) -> list[dict]:
+    """One record per policy from the timed rows of every example (`done`, {index: row}). Where each example was
+    timed (its row's `machine`) goes into the record's `machines` list, and each example's `machine` is its index
+    there."""
     pair, mnt = spec["pair"], spec["max_new_tokens"]
     p = _pair(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
     examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
@@ -315,7 +333,11 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
     eos = _eos_ids(p.large, None)
     references = [ex["target"] for ex in examples]
     names = runner_names(spec["entries"], spec["hf_baseline"])
-    here = machine(spec["device"])
+    here = machine(spec["device"])  # for rows checkpointed before rows said where they were timed
+    where, machines = [done[i].get("machine", here) for i in range(len(examples))], []
+    for m in where:
+        if m not in machines:
+            machines.append(m)
     records = []
     for n, (e, key) in enumerate(zip(spec["entries"], keys)):
         base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
@@ -328,11 +350,12 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                          "baseline_seconds": b["seconds"], "baseline_truncated": _truncated(b["tokens"], mnt, eos),
                          "identical": r["tokens"] == b["tokens"],
                          "hf_seconds": h["seconds"] if h else None,
-                         "hf_identical": h["tokens"] == b["tokens"] if h else None})
+                         "hf_identical": h["tokens"] == b["tokens"] if h else None,
+                         "machine": machines.index(where[i])})
         records.append({"key": key, "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep},
-                        "machine": here if machines is None else machines, "examples": rows})
+                        "machines": machines, "examples": rows})
     return records
 
 

@@ -541,6 +541,10 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             v = params[name]
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
+        elif name in ("executor", "shard_size"):
+            from .distributed import check
+
+            check(params.get("executor", "local"), params.get("shard_size"))
         elif name == "max_new_tokens":
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -62,7 +62,7 @@ def check(threads, repeats, warmup) -> None:
         raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
 
 
-def progress_bar(items, **kwargs):
+def progress_bar(items=None, **kwargs):
     """A live progress bar: a widget in Jupyter when ipywidgets is installed, else plain text on stderr (no
     warning either way); it disappears when done."""
     try:

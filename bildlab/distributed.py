@@ -1,0 +1,133 @@
+"""Fan the examples of a sweep out over Ray tasks: many GPUs on one box, or a Ray cluster.
+
+    sweep("toy-mt", grid, limit=300, executor="ray", shard_size=20)        # a Ray runtime on this machine
+    sweep("cnn_dailymail", grid, device="cuda", executor="ray://head:10001")  # an existing cluster by address
+
+The unit of work is a shard: a run of consecutive example indices of one sweep, timed by `evaluate.time_shard` in
+one Ray task that holds one whole device (one GPU, or `threads` CPU cores on a CPU-only cluster). There the vanilla
+runners and every policy of the sweep are interleaved on those examples under the one timing protocol, exactly as
+on one machine (each shard warms up on its own first examples). The driver gathers the shards' rows as they finish
+(`on_rows`, which checkpoints them), and `evaluate` merges them into the same records as a local run; every row says
+where it was timed. A task whose worker dies (killed, node lost) is rerun by Ray (`MAX_RETRIES`); an exception
+inside a task is a bug and fails the sweep at once.
+
+Executors: "local" (this process, no Ray; the default), "ray" (the Ray runtime of this process if one is up, else a
+new one on this machine with all its GPUs and cores, or the cluster named by $RAY_ADDRESS), "auto" (the Ray cluster
+already running on this machine, `ray start --head`) and "ray://host:port" (a cluster by its client address).
+Ray is an optional extra: pip install -e ".[ray]".
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+EXECUTORS = ("local", "ray", "auto", "ray://host:port")
+EXTRA = 'pip install -e ".[ray]"'
+MAX_RETRIES = 3  # reruns of a shard whose worker died
+MIN_SHARD, MAX_SHARD = 10, 100  # default shard sizes: enough examples to pay for a warm-up, few enough to checkpoint
+PASS_ENV = ("BILDLAB_ZOO", "BILDLAB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the driver's, seen by tasks
+
+
+def _ray():
+    """The ray module, or an ImportError that says how to install it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as e:
+        raise ImportError(f"the Ray executor needs Ray, an optional extra of bildlab: {EXTRA} "
+                          f"(or pip install 'ray>=2.9'); executor='local' runs without it") from e
+
+
+def check(executor, shard_size=None) -> None:
+    """Validate the executor arguments before anything runs (for sweep/evaluate and the study's parameters); a Ray
+    executor also needs Ray importable."""
+    ok = isinstance(executor, str) and (executor in EXECUTORS[:3] or
+                                        (executor.startswith("ray://") and len(executor) > len("ray://")))
+    if not ok:
+        raise ValueError(f"executor must be 'local', 'ray' (this machine), 'auto' (the Ray cluster running here) or "
+                         f"'ray://host:port' (a cluster by address); got {executor!r}")
+    if shard_size is not None and (isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1):
+        raise ValueError(f"shard_size must be None (automatic) or an integer >= 1; got {shard_size!r}")
+    if executor != "local":
+        _ray()
+
+
+def connect(executor: str):
+    """The ray module, connected to the runtime that `executor` names (an existing connection is reused)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=None if executor == "ray" else executor, log_to_driver=False)
+    return ray
+
+
+def resources(device: str, threads: int | None) -> dict:
+    """What one shard holds: one whole GPU (and its host threads), or `threads` CPU cores."""
+    cpus = threads or 1
+    return {"num_cpus": cpus, "num_gpus": 1} if str(device).startswith("cuda") else {"num_cpus": cpus}
+
+
+def shards(indices: list[int], size: int) -> list[list[int]]:
+    """Consecutive runs of `size` indices (the last may be shorter)."""
+    return [list(indices[s:s + size]) for s in range(0, len(indices), size)]
+
+
+def default_shard_size(n: int, slots: int) -> int:
+    """About two shards per device slot, within [MIN_SHARD, MAX_SHARD] examples."""
+    return max(MIN_SHARD, min(MAX_SHARD, math.ceil(n / (2 * max(slots, 1)))))
+
+
+def _shard(spec: dict, indices: list[int], env: dict) -> dict[int, dict]:
+    """One Ray task: time examples `indices` of the sweep `spec` on the device this task holds."""
+    for k in PASS_ENV:  # the driver's settings (a reused worker may hold an earlier task's)
+        if k in env:
+            os.environ[k] = env[k]
+        else:
+            os.environ.pop(k, None)
+    from .evaluate import time_shard
+
+    if str(spec["device"]).startswith("cuda"):
+        spec = {**spec, "device": "cuda"}  # Ray makes the task's GPU the only visible one
+    return time_shard(spec, indices)
+
+
+def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray", shard_size: int | None = None,
+               progress: bool | str = False) -> None:
+    """Time the examples `indices` of a sweep in Ray tasks of `shard_size` examples; `on_rows({index: row})` is
+    called in the driver as each shard finishes. On any error or interrupt the shards still running are cancelled
+    (what finished has been handed to on_rows)."""
+    check(executor, shard_size)
+    ray = connect(executor)
+    res = resources(spec["device"], spec["threads"])
+    total = ray.cluster_resources()
+    if res.get("num_gpus") and total.get("GPU", 0) < 1:
+        raise ValueError(f"device={spec['device']!r}: the Ray cluster has no GPU (resources {total}); "
+                         f"use device='cpu' or a cluster with GPUs")
+    slots = int(total.get("GPU", 0)) if res.get("num_gpus") else int(total.get("CPU", 1) // res["num_cpus"])
+    if slots < 1:
+        raise ValueError(f"threads={spec['threads']}: a shard needs {res['num_cpus']} CPUs, the Ray cluster has "
+                         f"{total.get('CPU', 0):g}")
+    parts = shards(indices, shard_size or default_shard_size(len(indices), slots))
+    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+    task = ray.remote(_shard).options(max_retries=MAX_RETRIES, retry_exceptions=False, **res)
+    pending = {task.remote(spec, part, env): part for part in parts}
+    bar = None
+    if progress:
+        from .timing import progress_bar
+
+        bar = progress_bar(None, total=len(parts), desc=f"{progress if isinstance(progress, str) else 'sweep'} (shards)")
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                part, rows = pending.pop(ref), ray.get(ref)
+                if sorted(rows) != sorted(part):
+                    raise RuntimeError(f"a shard returned examples {sorted(rows)} for {part}")
+                on_rows(rows)
+                if bar is not None:
+                    bar.update()
+    finally:
+        for ref in pending:
+            ray.cancel(ref)  # a KeyboardInterrupt in the task; its worker stays for the next sweep
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,184 @@
+"""The Ray executor: a sweep fanned out in shards over Ray tasks gives the records of a local run, survives a killed
+worker and resumes from its finished shards. The Ray tests share one local Ray runtime on 2 CPUs and skip where
+the `ray` extra is not installed."""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from bildlab import distributed, tasks
+from bildlab import evaluate as ev
+from bildlab.summary import summarize
+
+FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
+GRID = [{"method": "speculative", "k": 3}, {"fallback": 0.5, "rollback": 2.0},
+        {"method": "speculative", "k": 2, "do_sample": True, "temperature": 1.0}]
+TASK = "_shard"  # the name of the Ray task that times a shard (its worker's process title is "ray::_shard")
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    ray = pytest.importorskip("ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"')
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def untimed(record: dict) -> dict:
+    """A record without what depends on the clock or on where it ran."""
+    r = json.loads(json.dumps(record))
+    del r["machines"]
+    r["summary"] = {k: v for k, v in r["summary"].items() if "speedup" not in k and "per_second" not in k}
+    for e in r["examples"]:
+        for k in ("seconds", "baseline_seconds", "hf_seconds", "machine"):
+            del e[k]
+        e["stats"] = {k: v for k, v in e["stats"].items() if not k.endswith("seconds")}
+    return r
+
+
+def registry_files(root) -> dict:
+    return {str(p.relative_to(root)): untimed(json.loads(p.read_text())) for p in sorted(root.rglob("*.json"))}
+
+
+def submitted(monkeypatch) -> list:
+    """Record the shards the driver submits."""
+    parts, real = [], distributed.shards
+    monkeypatch.setattr(distributed, "shards", lambda *a: parts.extend(real(*a)) or real(*a))
+    return parts
+
+
+def test_a_ray_sweep_in_shards_gives_the_records_of_a_local_run(ray_runtime, fake_zoo, tmp_path, monkeypatch):
+    local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
+    parts = submitted(monkeypatch)
+    far = ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", shard_size=4, **FAST)
+    assert parts == [[0, 1, 2, 3], [4, 5]]
+    assert [untimed(r) for r in far] == [untimed(r) for r in local]  # outputs, scores, token counts, identical...
+    assert registry_files(tmp_path / "ray") == registry_files(tmp_path / "local")
+    assert not (tmp_path / "ray" / ".partial").exists()
+    references = [ex["target"] for ex in tasks.load_task("toy-mt", "test", limit=6)]
+    for r in far:
+        assert [e["machine"] for e in r["examples"]] == [0] * 6 and r["machines"][0]["device"] == "cpu"
+        assert r["summary"] == summarize(r["examples"], references, metric="bleu")  # intervals over all 6 examples
+        assert r["summary"]["speedup"] == pytest.approx(sum(e["baseline_seconds"] for e in r["examples"]) /
+                                                        sum(e["seconds"] for e in r["examples"]), rel=1e-3)
+    assert far[0]["summary"]["identical_count"] == 6  # greedy speculative decoding: lossless in every shard
+
+    # a rerun with either executor finds the records
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("the rerun recomputed"))
+    assert ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", **FAST) == far
+
+
+def _kill_a_shard(killed: list, stop: threading.Event):
+    """Kill the first worker seen timing a shard (SIGKILL, by its process id)."""
+    while not stop.is_set() and not killed:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    title = f.read().split(b"\0")[0].decode()
+                if title == f"ray::{TASK}":
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
+                    return
+            except (OSError, UnicodeDecodeError):
+                pass
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker's process through /proc")
+def test_a_killed_worker_is_retried_and_the_registry_equals_an_uninterrupted_runs(ray_runtime, fake_zoo, tmp_path):
+    killed, stop = [], threading.Event()
+    killer = threading.Thread(target=_kill_a_shard, args=(killed, stop))
+    killer.start()
+    try:
+        far = ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", shard_size=2, **FAST)
+    finally:
+        stop.set()
+        killer.join()
+    assert len(killed) == 1  # a worker died in the middle of a shard ...
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed[0], 0)
+    for r in far:  # ... and the sweep still has every example once
+        assert r["summary"]["examples"] == len(r["examples"]) == 6
+    local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
+    assert [untimed(r) for r in far] == [untimed(r) for r in local]
+    files = registry_files(tmp_path / "ray")
+    assert len(files) == len(GRID) and files == registry_files(tmp_path / "local")
+
+
+class StopAfterFirstShard(ev.Registry):
+    """A registry whose sweep is interrupted (Ctrl-C) right after its first checkpoint."""
+
+    calls = 0
+
+    def save_partial(self, sweep_key, rows):
+        super().save_partial(sweep_key, rows)
+        StopAfterFirstShard.calls += 1
+        if StopAfterFirstShard.calls == 1:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_runtime, fake_zoo, tmp_path,
+                                                                          monkeypatch):
+    reg = tmp_path / "ray"
+    with pytest.raises(KeyboardInterrupt):
+        ev.sweep("toy-mt", GRID, registry=StopAfterFirstShard(reg), executor="ray", shard_size=3, **FAST)
+    assert not [p for p in reg.rglob("*.json") if ".partial" not in p.parts]  # no record, not even half of one
+    (partial,) = reg.rglob(".partial/*.json")
+    first = {int(i): row for i, row in json.loads(partial.read_text())["rows"].items()}
+    assert sorted(first) in ([0, 1, 2], [3, 4, 5])  # one whole shard
+
+    parts = submitted(monkeypatch)
+    runs = ev.sweep("toy-mt", GRID, registry=reg, executor="ray", shard_size=3, **FAST)
+    assert parts == [[i for i in range(6) if i not in first]]  # only the shard that had not finished
+    for n, r in enumerate(runs):
+        assert len(r["examples"]) == 6
+        for i in first:  # the finished shard's timings are kept, not redone
+            assert r["examples"][i]["seconds"] == first[i][f"policy{n}"]["seconds"]
+    assert not (reg / ".partial").exists()
+    local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
+    assert [untimed(r) for r in runs] == [untimed(r) for r in local]
+
+
+# -- without Ray (these run everywhere)
+
+
+def test_without_ray_the_local_executor_works_and_the_ray_one_names_the_extra(fake_zoo, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if it were not installed
+    run = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
+    assert run["summary"]["examples"] == 6 and run["machines"][0]["device"] == "cpu"
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    for executor in ("ray", "auto", "ray://head:10001"):
+        with pytest.raises(ImportError, match=r'optional extra of bildlab: pip install -e "\.\[ray\]"'):
+            ev.evaluate("toy-mt", method="bild", registry=tmp_path, executor=executor, **FAST)
+        with pytest.raises(ImportError, match=r"\[ray\]"):
+            distributed.check(executor)
+    distributed.check("local")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(executor="dask"), ["executor", "'local'", "'ray'", "ray://host:port"]),
+    (dict(executor="ray://"), ["executor"]),
+    (dict(executor=None), ["executor"]),
+    (dict(shard_size=0), ["shard_size", ">= 1"]),
+    (dict(shard_size=2.5), ["shard_size"]),
+])
+def test_bad_executor_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs, words):
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    with pytest.raises(ValueError) as info:
+        ev.evaluate("toy-mt", registry=tmp_path, progress=False, **kwargs)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_shards_and_their_resources():
+    assert distributed.shards([3, 4, 5, 7, 9], 2) == [[3, 4], [5, 7], [9]]
+    assert distributed.default_shard_size(300, 8) == 19
+    assert distributed.default_shard_size(6, 2) == distributed.MIN_SHARD
+    assert distributed.default_shard_size(10**5, 8) == distributed.MAX_SHARD
+    assert distributed.resources("cuda", 1) == {"num_cpus": 1, "num_gpus": 1}
+    assert distributed.resources("cpu", 2) == {"num_cpus": 2} and distributed.resources("cpu", None) == {"num_cpus": 1}
