@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from . import __version__, distributed, plan, tasks, timing
-from .benchmark import hf_generate
+from .benchmark import _transformers_version, hf_generate
 from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
 from .models import provenance as models_provenance
@@ -37,7 +37,9 @@ from .registry import DEFAULT_REGISTRY, Registry, digest
 from .summary import pareto, summarize  # noqa: F401  (pareto: part of the harness's interface)
 
 DRAFTS = ("small", "aligned", "early-exit")
-METHODS = ("greedy", "speculative", "bild", "small")  # "small": the draft model alone (greedy), an anchor
+# "small": the draft model alone (greedy), an anchor; "hf_assisted": transformers' assisted generation with the draft
+# (k tokens a step, constant schedule), side by side with bildlab's speculative decoding on the same examples
+METHODS = ("greedy", "speculative", "bild", "small", "hf_assisted")
 POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "do_sample", "temperature")
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
 DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10, do_sample=False,
@@ -47,6 +49,8 @@ DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, m
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, do_sample: bool = False,
               temperature: float = 1.0) -> dict:
     """The parameters that matter for `method` (the rest do not enter the registry key)."""
+    if method == "hf_assisted":
+        return {"k": k}
     if method == "speculative":
         return {"k": k, "do_sample": True, "temperature": float(temperature)} if do_sample else {"k": k}
     if method == "bild":
@@ -72,6 +76,9 @@ def check_entry(pair: str, entry: dict) -> None:
         raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
     if draft == "early-exit" and pair not in TOY_PAIRS:
         raise ValueError(f"draft='early-exit' is for the toy pairs ({', '.join(TOY_PAIRS)}); pair {pair!r} has none")
+    if method == "hf_assisted" and _encoder_decoder(pair) and _transformers_version() < (5, 22):
+        raise ValueError("method='hf_assisted': transformers' assisted generation of encoder-decoder models fails "
+                         f"inside transformers < 5.22; pair {pair!r} is encoder-decoder")
     if not isinstance(e["do_sample"], bool):
         raise TypeError(f"do_sample must be True or False; got {e['do_sample']!r}")
     if e["do_sample"] and method != "speculative":
@@ -79,8 +86,13 @@ def check_entry(pair: str, entry: dict) -> None:
     t = e["temperature"]
     if e["do_sample"] and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
         raise ValueError(f"temperature must be a number > 0; got {t!r}")
-    check_policy("greedy" if method == "small" else method, k=e["k"], fallback=e["fallback"],
+    check_policy({"small": "greedy", "hf_assisted": "speculative"}.get(method, method), k=e["k"], fallback=e["fallback"],
                  rollback=e["rollback"], max_small_steps=e["max_small_steps"])
+
+
+def _encoder_decoder(pair: str) -> bool:
+    """Whether a pair's models are encoder-decoder, from its name (the toy Llama pair is the only decoder-only one)."""
+    return not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("llama"))
 
 
 def check_run(pair: str, task: str, split: str, limit, max_new_tokens, seed, hf_baseline, timing_pass) -> None:
@@ -128,7 +140,7 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
                        e["temperature"])
-    draft = e["draft"] if e["method"] in ("speculative", "bild", "small") else None
+    draft = e["draft"] if e["method"] != "greedy" else None
     return {"pair": pair, "task": task, "split": split, "limit": limit, "method": e["method"], "draft": draft,
             "policy": policy, "baseline": "sample" if e["do_sample"] else "greedy",
             "secondary": "hf_greedy" if hf_baseline and not e["do_sample"] else None, "seed": seed,
@@ -364,6 +376,10 @@ def _result(out) -> tuple[list[int], dict]:
 
 
 def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
+    if e["method"] == "hf_assisted":
+        eos = p.large.generation_config.eos_token_id
+        return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, assistant=p.small,
+                                         k=e["k"]), {})
     if e["method"] == "small":  # the draft model alone: an anchor of the study
         return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
     if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol

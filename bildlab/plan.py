@@ -70,8 +70,7 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
         if profile != "toy":
             params["registry"] = (overrides or {}).get("registry", f"../results/{profile}")
         params["registry"] = str((NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
-        for drop in ("assisted_limit", "figures"):
-            params.pop(drop, None)
+        params.pop("figures", None)
         first = params.pop("pairs", None) or params.pop("pair")
         with planning() as sweeps, tempfile.TemporaryDirectory() as figures:
             getattr(study, FUNCTIONS[name])(first, figures=figures, **{**params, "progress": False})

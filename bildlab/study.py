@@ -58,6 +58,8 @@ def _frame(rows: list[dict]):
 def _policy(record: dict) -> str:
     """A record's policy in words, e.g. 'fb 0.5, rb 3' or 'k=4'."""
     key, pol = record["key"], record["key"]["policy"]
+    if key["method"] == "hf_assisted":
+        return f"assisted k={pol['k']}"
     if key["method"] == "bild":
         rb = pol["rollback"]
         return f"fb {pol['fallback']:g}, rb {'inf' if math.isinf(rb) else f'{rb:g}'}"
@@ -431,9 +433,11 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     next to BiLD."""
     grid = ([{"method": "speculative", "k": k} for k in ks]
             + [{"method": "speculative", "k": k, "do_sample": True, "temperature": temperature} for k in ks]
+            + [{"method": "hf_assisted", "k": k} for k in ks]
             + [{"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}])
     recs = ev.sweep(pair, grid, **run)
-    greedy, sampled, bild = recs[: len(ks)], recs[len(ks): 2 * len(ks)], recs[-1]
+    greedy, sampled, assisted = recs[: len(ks)], recs[len(ks): 2 * len(ks)], recs[2 * len(ks): 3 * len(ks)]
+    bild = recs[-1]
     rows = []
     for mode, group in (("greedy vs greedy", greedy), (f"sampling (T={temperature:g}) vs sampling", sampled)):
         for k, rec in zip(ks, group):
@@ -444,6 +448,9 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                          "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
                          "expected speedup": round(expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
                          "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
+    for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
+        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k,
+                     "tokens / large call": None, **_cells(rec)})
     rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
                  "tokens / large call": bild["summary"]["mean_accepted"]})
     ref = []
@@ -460,6 +467,8 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
         cis[f"{mode}: measured"] = [r["summary"]["speedup_ci"] for r in group]
         series[f"{mode}: expected"] = [expected_speedup(acceptance(r), k, cost_ratio(r)) for r, k in zip(group, ks)]
+    series["transformers assisted (greedy): measured"] = [r["summary"]["speedup"] for r in assisted]
+    cis["transformers assisted (greedy): measured"] = [r["summary"]["speedup_ci"] for r in assisted]
     fig = plots.lines(list(ks), series, cis=cis, reference=1.0, xlabel="draft length k",
                       ylabel="speedup over the large model alone (x)",
                       title=f"{pair}: speculative decoding, N = {greedy[0]['summary']['examples']}")
@@ -473,24 +482,11 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
               f"{total} outputs identical to the large model's. Fastest at k={best['key']['policy']['k']}: "
               f"{_speed(best)}" + (f"; against k={rival['key']['policy']['k']} ({_speed(rival)}): "
                                   f"{_compare_speed(best, rival)}" if rival else "")
-              + f". BiLD on the same examples: {_speed(bild)}.")
+              + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
+              f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
+              f"{_speed(bild)}.")
     headline = {"best_k": best["key"]["policy"]["k"], "identical": identical, "outputs": total}
     return Result("speculative pipeline", table, fig, answer, headline, recs + ref)
-
-
-def assisted_side_by_side(pair: str = "toy-mt-llama", *, limit: int = 10, k: int = 4, max_new_tokens: int = 64,
-                          fallback: float = 0.5, rollback: float = 3.0, split: str = "test", device: str = "cpu",
-                          threads: int | None = 1):
-    """Hugging Face greedy and assisted generation against bildlab greedy / speculative / BiLD on the same inputs,
-    under the one timing protocol (timed now, not cached: a live check beside the registry's numbers)."""
-    from . import benchmark
-    from .models import load_pair
-
-    p = load_pair(pair, device=device)
-    inputs = p.inputs(split, limit=limit)
-    result = benchmark.compare(p.large, p.small, inputs, max_new_tokens=max_new_tokens, k=k, fallback=fallback,
-                               rollback=rollback, warmup=2, threads=threads)
-    return _frame(result.table()), result
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -537,7 +533,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             for k in as_list(name):
                 if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                     raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
-        elif name in ("limit", "val_limit", "assisted_limit"):
+        elif name in ("limit", "val_limit"):
             v = params[name]
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")

@@ -194,3 +194,31 @@ def test_a_bad_sweep_entry_fails_before_anything_runs(monkeypatch, tmp_path):
         ev.sweep("toy-mt", [{"fallback": 0.5}, {"fallback": 7.0}], registry=tmp_path, progress=False)
     with pytest.raises(ValueError, match="unknown policy argument.*fallbak"):
         ev.sweep("toy-mt", [{"fallbak": 0.5}], registry=tmp_path, progress=False)
+
+
+def test_transformers_assisted_generation_is_a_policy_of_the_sweep(fake_zoo, tmp_path):
+    runs = ev.sweep("toy-mt", [{"method": "hf_assisted", "k": 3}, {"method": "speculative", "k": 3}],
+                    registry=tmp_path, **FAST)
+    assert runs[0]["key"]["policy"] == {"k": 3} and runs[0]["key"]["method"] == "hf_assisted"
+    assert all(r["summary"]["identical_count"] == 6 for r in runs)  # both lossless against the same vanilla run
+    assert runs[0]["protocol"]["sweep"] == runs[1]["protocol"]["sweep"]
+
+
+def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_path, monkeypatch):
+    from bildlab import plan
+
+    grid = [{"fallback": 0.3}, {"fallback": 0.6}, {"method": "small"}]
+    real_pair = ev._pair
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    with plan.planning() as sweeps:
+        records = ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    assert sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
+                       "to_run": 3, "decodes": 6 * (3 + 2)}]  # the policies, the vanilla loop and HF generate
+    assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
+    monkeypatch.setattr(ev, "_pair", real_pair)
+    ev.sweep("toy-mt", grid[:2], registry=tmp_path / "reg", **FAST)
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    with plan.planning() as sweeps:
+        ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    assert sweeps[0]["to_run"] == 1 and sweeps[0]["decodes"] == 6 * 3  # only the small model alone is left
+    assert not plan.active()

@@ -206,3 +206,28 @@ def test_importing_the_package_leaves_matplotlibs_backend_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "MPLBACKEND": "svg"})
     assert out.stdout.strip() == "True"
+
+
+def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
+    from bildlab import evaluate as ev
+    from bildlab import plan
+
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    rows = plan.plan("toy", overrides={"registry": str(tmp_path)})  # an empty registry: everything is to run
+    assert [r["notebook"] for r in rows] == runner.notebook_names()
+    for r in rows:
+        assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0
+        assert r["hours"] > 0
+    text = plan.format_plan(rows, "toy")
+    assert "CPU hours" in text and "total" in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize("params, words", [({"executor": "spark"}, ["executor", "'local'"]),
+                                           ({"shard_size": 0}, ["shard_size"]),
+                                           ({"max_new_tokens": 0}, ["max_new_tokens", ">= 1"]),
+                                           ({"val_limit": -1}, ["val_limit"]), ({"passes": 0}, ["passes"])])
+def test_new_parameters_are_checked(params, words):
+    with pytest.raises(ValueError) as info:
+        study.check_params(params)
+    for w in words:
+        assert w in str(info.value)
