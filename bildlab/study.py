@@ -150,13 +150,17 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
         headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": _gap_closed(mid, small)[0],
                           "fallback": mid["key"]["policy"]["fallback"]}
-    fig = plots.speed_quality(points, metric="share of the small-to-large quality gap closed (%)", baseline=100.0,
-                              title=f"BiLD (rollback {rollback:g}) over fallback thresholds; "
-                                    f"N = {records[0]['summary']['examples']} per point")
+    points["anchors: small alone, large alone"] = [
+        {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
+        {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]
+    fig = plots.speed_quality(points, metric="small-to-large quality gap closed (%)", baseline=100.0,
+                              title=f"BiLD over fallback thresholds (rollback {rollback:g}), "
+                                    f"N = {records[0]['summary']['examples']}")
     ax = fig.axes[0]
     ax.set_xlabel("large model's share of the output tokens")
     for line in ax.lines[-1:]:  # the 1x line means nothing here
         line.remove()
+    ax.set_xlim(-0.05, 1.05)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     plots.save(fig, "rq1_token_share", figures)
     first = pairs[0]
@@ -216,12 +220,12 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=
             for kind, recs in by_kind.items() for r in recs]
     s0 = records[0]["summary"]
     metric = METRIC_NAMES[s0["metric"]]
-    fig = plots.speed_quality({kind: [_point(r, _policy(r) if any(r is f for f in front) else "") for r in recs]
+    best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
+    fig = plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
                                for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
                               front=[_point(r) for r in front],
                               title=f"{pair}: fallback x rollback ({run.get('split', 'test')}, N = {s0['examples']})")
     plots.save(fig, "rq2_policies", figures)
-    best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
     both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
     answer = (f"On {pair} (N = {s0['examples']}), within {tolerance:g} {metric} point of the vanilla large model the "
               f"fastest policies are: " + "; ".join(f"{kind}: {_speed(b)}" for kind, b in best.items())
@@ -241,11 +245,12 @@ def _drafts(pair, drafts: dict[str, str], grid, name, title, figures, tolerance,
     by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
     rows = [{"draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items() for r in rs]
     s0 = recs[0]["summary"]
-    fig = plots.speed_quality({f"{label} (front)": [_point(r, _policy(r)) for r in sm.pareto(rs)]
+    best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
+    fig = plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
+                                                    for r in sm.pareto(rs)]
                                for label, rs in by.items()}, metric=METRIC_NAMES[s0["metric"]],
                               baseline=s0["baseline_score"], title=f"{title} (N = {s0['examples']})")
     plots.save(fig, name, figures)
-    best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
     return Result(name, _frame(rows), fig, "", {"best": best, "by": by}, recs)
 
 
@@ -370,10 +375,12 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                 entry["paper"] = f"{paper[0]} / {paper[1]}x"
             table.append(entry)
         headline[pair] = head
-        speed_series[pair] = [head[r]["speedups"][0] if r in head and "speedups" in head[r] else float("nan")
-                              for r in ROWS[1:]]
-        speed_cis[pair] = [head[r]["speedup_cis"][0] if r in head and "speedup_cis" in head[r] else None
-                           for r in ROWS[1:]]
+        for p in range(passes):
+            label = f"{pair}, timing pass {p + 1}"
+            speed_series[label] = [head[r]["speedups"][p] if "speedups" in head.get(r, {}) else float("nan")
+                                   for r in ROWS[1:]]
+            speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
+                                for r in ROWS[1:]]
     n_test = next((h["examples"] for hp in headline.values() for h in hp.values() if "examples" in h), None)
     fig = plots.bars(list(ROWS[1:]), speed_series, cis=speed_cis, reference=1.0,
                      ylabel="speedup over the vanilla large model (x)",
