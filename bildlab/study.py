@@ -50,9 +50,10 @@ class Result:
 
 
 def _frame(rows: list[dict]):
+    """A table for the notebook; cells that do not apply to a row are blank (not NaN)."""
     import pandas as pd
 
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).astype(object).fillna("")
 
 
 def _policy(record: dict) -> str:
@@ -107,6 +108,17 @@ def _compare_speed(a: dict | None, b: dict | None) -> str:
     if blo > ahi:
         return "the second is detectably faster"
     return "no detectable difference (the intervals overlap)"
+
+
+def _on_test(pair: str, chosen: dict, **run) -> dict:
+    """The policies chosen on validation ({label: record or None}), evaluated together on the test split (`run`'s
+    split and limit) in one sweep: {label: test record or None}."""
+    picked = {label: r for label, r in chosen.items() if r is not None}
+    entries = [{"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]} for r in picked.values()]
+    tested = ev.sweep(pair, entries, **run) if entries else []
+    out = dict.fromkeys(chosen)
+    out.update(zip(picked, tested))
+    return out
 
 
 def _grid(fallbacks, rollbacks) -> list[dict]:
@@ -202,7 +214,7 @@ def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
 
 
 def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
-        tolerance: float = 1.0, figures="figures", **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ2: what do the fallback and rollback policies each contribute? alpha_FB x alpha_RB over the paper's
     ranges, the speed-quality Pareto front (a policy is dominated only where intervals separate), and the two
     ablations (fallback only: no rollback; rollback only: no fallback). Rollback thresholds below ln 2 are lossless
@@ -210,7 +222,7 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=
     kinds = {"fallback + rollback": _grid(fallbacks, rollbacks), "fallback only": _grid(fallbacks, [INF]),
              "rollback only": _grid([0.0], rollbacks)}
     flat = [g for grid in kinds.values() for g in grid]
-    records = ev.sweep(pair, flat, **run)
+    records = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
     by_kind, i = {}, 0
     for kind, grid in kinds.items():
         by_kind[kind] = records[i: i + len(grid)]
@@ -224,24 +236,29 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=
     fig = plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
                                for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
                               front=[_point(r) for r in front],
-                              title=f"{pair}: fallback x rollback ({run.get('split', 'test')}, N = {s0['examples']})")
+                              title=f"{pair}: fallback x rollback ({val_split}, N = {s0['examples']})")
     plots.save(fig, "rq2_policies", figures)
     both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
-    answer = (f"On {pair} (N = {s0['examples']}), within {tolerance:g} {metric} point of the vanilla large model the "
-              f"fastest policies are: " + "; ".join(f"{kind}: {_speed(b)}" for kind, b in best.items())
-              + f". Fallback + rollback vs fallback only: {_compare_speed(best['fallback + rollback'], best['fallback only'])}; "
-              f"vs rollback only: {_compare_speed(best['fallback + rollback'], best['rollback only'])}. "
+    test = _on_test(pair, best, **run)
+    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
+    answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
+              f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
+              + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
+              + f". Fallback + rollback vs fallback only: {_compare_speed(test['fallback + rollback'], test['fallback only'])}; "
+              f"vs rollback only: {_compare_speed(test['fallback + rollback'], test['rollback only'])}. On {val_split}, "
               f"{len(front)} of {len(records)} policies are not dominated where intervals separate "
               f"({both} of them use both).")
     headline = {"front": len(front), "policies": len(records),
-                "within": {k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
-    return Result("RQ2", _frame(rows), fig, answer, headline, records)
+                "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
+    return Result("RQ2", _frame(rows), fig, answer, headline, records + [t for t in test.values() if t])
 
 
-def _drafts(pair, drafts: dict[str, str], grid, name, title, figures, tolerance, **run) -> Result:
-    """Sweep the same grid with several drafts in one interleaved sweep (shared vanilla run); table, both fronts."""
+def _drafts(pair, drafts: dict[str, str], grid, name, title, figures, tolerance, val_split, val_limit,
+            **run) -> Result:
+    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table,
+    both fronts; each draft's fastest policy within the tolerance, reported on test."""
     flat = [{**g, "draft": d} for d in drafts for g in grid]
-    recs = ev.sweep(pair, flat, **run)
+    recs = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
     by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
     rows = [{"draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items() for r in rs]
     s0 = recs[0]["summary"]
@@ -249,22 +266,25 @@ def _drafts(pair, drafts: dict[str, str], grid, name, title, figures, tolerance,
     fig = plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
                                                     for r in sm.pareto(rs)]
                                for label, rs in by.items()}, metric=METRIC_NAMES[s0["metric"]],
-                              baseline=s0["baseline_score"], title=f"{title} (N = {s0['examples']})")
+                              baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})")
     plots.save(fig, name, figures)
-    return Result(name, _frame(rows), fig, "", {"best": best, "by": by}, recs)
+    test = _on_test(pair, best, **run)
+    return Result(name, _frame(rows), fig, "", {"best": test, "by": by, "validation_n": s0["examples"]},
+                  recs + [t for t in test.values() if t])
 
 
 def rq3(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 5.0),
-        tolerance: float = 1.0, figures="figures", **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
     with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals."""
     result = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks), "rq3_alignment",
-                     f"{pair}: aligned vs unaligned small model", figures, tolerance, **run)
+                     f"{pair}: aligned vs unaligned small model", figures, tolerance, val_split, val_limit, **run)
     best = result.headline["best"]
     agree = _agreement(pair)
     result.answer = (f"Agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
                      f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
-                     f"Within {tolerance:g} point of vanilla (N = {result.records[0]['summary']['examples']}): aligned "
+                     f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
+                     f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: aligned "
                      f"{_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
                      f"{_compare_speed(best['aligned'], best['unaligned'])}.")
     result.headline = {"agreement": agree, "speedup_within_tolerance": {
@@ -286,15 +306,17 @@ def _agreement(pair: str) -> dict:
 
 
 def rq4(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 5.0),
-        tolerance: float = 1.0, figures="figures", **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ4: BiLD with an early exit of the large model as the draft, against a separate small model; each draft's
     cost ratio c and acceptance."""
     result = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
-                     "rq4_early_exit", f"{pair}: early-exit draft vs separate small model", figures, tolerance, **run)
+                     "rq4_early_exit", f"{pair}: early-exit draft vs separate small model", figures, tolerance,
+                     val_split, val_limit, **run)
     best, by = result.headline["best"], result.headline["by"]
     costs = {label: round(sum(cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
     accept = {label: round(sum(acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
-    result.answer = (f"Within {tolerance:g} point of vanilla (N = {result.records[0]['summary']['examples']}): early "
+    result.answer = (f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
+                     f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: early "
                      f"exit {_speed(best['early exit'])}, separate small {_speed(best['separate small'])}: "
                      f"{_compare_speed(best['early exit'], best['separate small'])}. Cost ratio c (draft step / large "
                      f"step): early exit {costs['early exit']}, separate small {costs['separate small']}; acceptance "

@@ -143,7 +143,8 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
     monkeypatch.setattr(study.ev, "sweep", sweep)
     grid = dict(fallbacks=[0.5, 0.9], rollbacks=[1.0], figures=str(tmp_path))
     rq4 = study.rq4("toy-mt", **grid).answer
-    assert "early exit 1.70x [1.65, 1.75] (fb 0.5, rb 1; lossless), separate small none" in rq4
+    # chosen on validation (1.70x there), reported with its test numbers (the fake test sweep gives 1.50x)
+    assert "early exit 1.50x [1.45, 1.55] (fb 0.5, rb 1; lossless), separate small none" in rq4
     assert "not comparable" in rq4
     for answer in (study.rq2("toy-mt", **grid).answer, study.rq3("toy-mt", **grid).answer,
                    study.rq5(("toy-mt",), **grid).answer):
