@@ -232,3 +232,23 @@ def test_new_parameters_are_checked(params, words):
         study.check_params(params)
     for w in words:
         assert w in str(info.value)
+
+
+def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path):
+    """The computing path of a notebook (not only its replay): papermill, a real kernel, the shipped zoo, 2 examples."""
+    import json
+
+    import nbformat
+
+    out = tmp_path / "runs"
+    params = {"limit": 2, "fallbacks": [0.5], "registry": str(tmp_path / "registry"),
+              "figures": str(tmp_path / "figures")}
+    (written,) = runner.run_study(notebooks=["rq1_small_writes_most"], overrides=params, out=out, progress=False)
+    nb = nbformat.read(written, as_version=4)
+    answer = nb.cells[-1].outputs[0]["text"]
+    assert answer.startswith(("Yes: on toy-mt (N = 2)", "No: on toy-mt (N = 2)"))
+    records = [json.loads(p.read_text()) for p in (tmp_path / "registry").rglob("*.json")]
+    assert sorted(r["key"]["method"] for r in records) == ["bild", "small"]
+    assert all(r["summary"]["examples"] == 2 for r in records)
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["rq1_token_share.pdf", "rq1_token_share.png"]
+    assert not any(o.get("name") == "stderr" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
