@@ -47,7 +47,7 @@ class Registry:
     def put(self, key: dict, record: dict) -> Path:
         path = self.path(key)
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(record, indent=1))
+            tmp.write_text(json.dumps(record, separators=(",", ":")))  # compact: records hold every example
         return path
 
     def records(self) -> list[dict]:

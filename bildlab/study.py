@@ -98,15 +98,15 @@ def _speed(record: dict | None) -> str:
     return f"{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
 
 
-def _compare_speed(a: dict | None, b: dict | None) -> str:
+def _compare_speed(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
     """Whether two speedups differ detectably: their intervals separate."""
     if a is None or b is None:
         return "not comparable (a side has no qualifying policy)"
     (alo, ahi), (blo, bhi) = a["summary"]["speedup_ci"], b["summary"]["speedup_ci"]
     if alo > bhi:
-        return "the first is detectably faster"
+        return f"{names[0]} is detectably faster"
     if blo > ahi:
-        return "the second is detectably faster"
+        return f"{names[1]} is detectably faster"
     return "no detectable difference (the intervals overlap)"
 
 
@@ -240,12 +240,14 @@ def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=
     plots.save(fig, "rq2_policies", figures)
     both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
     test = _on_test(pair, best, **run)
+    vs = {kind: _compare_speed(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
+          for kind in ("fallback only", "rollback only")}
     n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
     answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
               f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
               + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
-              + f". Fallback + rollback vs fallback only: {_compare_speed(test['fallback + rollback'], test['fallback only'])}; "
-              f"vs rollback only: {_compare_speed(test['fallback + rollback'], test['rollback only'])}. On {val_split}, "
+              + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
+              f"{vs['rollback only']}. On {val_split}, "
               f"{len(front)} of {len(records)} policies are not dominated where intervals separate "
               f"({both} of them use both).")
     headline = {"front": len(front), "policies": len(records),
@@ -286,7 +288,7 @@ def rq3(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0,
                      f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
                      f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: aligned "
                      f"{_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
-                     f"{_compare_speed(best['aligned'], best['unaligned'])}.")
+                     f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
     result.headline = {"agreement": agree, "speedup_within_tolerance": {
         k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
     result.name = "RQ3"
@@ -318,7 +320,8 @@ def rq4(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(1.0,
     result.answer = (f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
                      f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: early "
                      f"exit {_speed(best['early exit'])}, separate small {_speed(best['separate small'])}: "
-                     f"{_compare_speed(best['early exit'], best['separate small'])}. Cost ratio c (draft step / large "
+                     f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
+                     f"Cost ratio c (draft step / large "
                      f"step): early exit {costs['early exit']}, separate small {costs['separate small']}; acceptance "
                      f"{accept['early exit']} vs {accept['separate small']}.")
     result.headline = {"cost_ratio": costs, "acceptance": accept,
