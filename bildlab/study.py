@@ -424,7 +424,10 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     answer = (f"On {first} (policies chosen on {val_split}, reported on {run.get('split', 'test')}, N = {n_test}; "
               f"speedups of {passes} independent timing passes): " + "; ".join(parts) + "."
               if parts else f"On {first} no BiLD policy qualifies on {val_split}.")
-    return Result("RQ5", _frame(table), fig, answer, headline, records)
+    frame = _frame(table)
+    first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
+    frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
+    return Result("RQ5", frame, fig, answer, headline, records)
 
 
 def expected_speedup(a: float, k: int, c: float) -> float:
