@@ -40,21 +40,24 @@ DRAFTS = ("small", "aligned", "early-exit")
 # "small": the draft model alone (greedy), an anchor; "hf_assisted": transformers' assisted generation with the draft
 # (k tokens a step, constant schedule), side by side with bildlab's speculative decoding on the same examples
 METHODS = ("greedy", "speculative", "bild", "small", "hf_assisted")
-POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "do_sample", "temperature")
+POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "rollback_rule", "do_sample",
+               "temperature")
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
-DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10, do_sample=False,
-                temperature=1.0)
+DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10,
+                rollback_rule="first-differing", do_sample=False, temperature=1.0)
 
 
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, do_sample: bool = False,
-              temperature: float = 1.0) -> dict:
-    """The parameters that matter for `method` (the rest do not enter the registry key)."""
+              temperature: float = 1.0, rollback_rule: str = "first-differing") -> dict:
+    """The parameters that matter for `method` (the rest do not enter the registry key; BiLD's rollback rule only
+    when it is not the default, so that default records keep their keys)."""
     if method == "hf_assisted":
         return {"k": k}
     if method == "speculative":
         return {"k": k, "do_sample": True, "temperature": float(temperature)} if do_sample else {"k": k}
     if method == "bild":
-        return {"fallback": float(fallback), "rollback": float(rollback), "max_small_steps": max_small_steps}
+        rule = {} if rollback_rule == DEFAULTS["rollback_rule"] else {"rollback_rule": rollback_rule}
+        return {"fallback": float(fallback), "rollback": float(rollback), "max_small_steps": max_small_steps, **rule}
     return {}
 
 
@@ -87,7 +90,7 @@ def check_entry(pair: str, entry: dict) -> None:
     if e["do_sample"] and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
         raise ValueError(f"temperature must be a number > 0; got {t!r}")
     check_policy({"small": "greedy", "hf_assisted": "speculative"}.get(method, method), k=e["k"], fallback=e["fallback"],
-                 rollback=e["rollback"], max_small_steps=e["max_small_steps"])
+                 rollback=e["rollback"], max_small_steps=e["max_small_steps"], rollback_rule=e["rollback_rule"])
 
 
 def _encoder_decoder(pair: str) -> bool:
@@ -139,7 +142,7 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
 
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
-                       e["temperature"])
+                       e["temperature"], e["rollback_rule"])
     draft = e["draft"] if e["method"] != "greedy" else None
     return {"pair": pair, "task": task, "split": split, "limit": limit, "method": e["method"], "draft": draft,
             "policy": policy, "baseline": "sample" if e["do_sample"] else "greedy",
@@ -165,11 +168,13 @@ def _data_provenance(task: str, split: str) -> dict:
 
 
 def evaluate(pair: str, task: str | None = None, method: str = "bild", *, draft: str = "small", k: int = 4,
-             fallback: float = 0.6, rollback: float = 5.0, max_small_steps: int = 10, do_sample: bool = False,
-             temperature: float = 1.0, check_only: bool = False, **run) -> dict | None:
+             fallback: float = 0.6, rollback: float = 5.0, max_small_steps: int = 10,
+             rollback_rule: str = "first-differing", do_sample: bool = False, temperature: float = 1.0,
+             check_only: bool = False, **run) -> dict | None:
     """One policy: a sweep of one (see `sweep` for the run arguments). check_only=True validates and returns None."""
     entry = dict(method=method, draft=draft, k=k, fallback=fallback, rollback=rollback,
-                 max_small_steps=max_small_steps, do_sample=do_sample, temperature=temperature)
+                 max_small_steps=max_small_steps, rollback_rule=rollback_rule, do_sample=do_sample,
+                 temperature=temperature)
     records = sweep(pair, [entry], task=task, check_only=check_only, **run)
     return None if check_only else records[0]
 
@@ -387,7 +392,8 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
     return lambda x, i: _result(generate(
         p.large, x, small=p.small, method=e["method"], max_new_tokens=max_new_tokens, k=e["k"],
         fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
-        do_sample=e["do_sample"], temperature=e["temperature"], seed=seed + i if e["do_sample"] else None))
+        rollback_rule=e["rollback_rule"], do_sample=e["do_sample"], temperature=e["temperature"],
+        seed=seed + i if e["do_sample"] else None))
 
 
 def _label(e: dict) -> str:

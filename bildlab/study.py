@@ -572,6 +572,11 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             v = params[name]
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
+        elif name == "rollback_rule":
+            try:
+                check_policy("bild", rollback_rule=params[name])
+            except ValueError as e:
+                raise ValueError(f"rollback_rule: {e}") from None
         elif name in ("executor", "shard_size"):
             from .distributed import check
 

@@ -222,3 +222,14 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
         ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
     assert sweeps[0]["to_run"] == 1 and sweeps[0]["decodes"] == 6 * 3  # only the small model alone is left
     assert not plan.active()
+
+
+def test_the_papers_rollback_rule_is_a_policy_option_keyed_only_when_chosen(fake_zoo, tmp_path):
+    assert ev.policy_of("bild", 4, 0.5, 2.0, 10) == ev.policy_of("bild", 4, 0.5, 2.0, 10,
+                                                                  rollback_rule="first-differing")
+    assert ev.policy_of("bild", 4, 0.5, 2.0, 10, rollback_rule="first-above")["rollback_rule"] == "first-above"
+    runs = ev.sweep("toy-mt", [{"rollback": 0.0}, {"rollback": 0.0, "rollback_rule": "first-above"}],
+                    registry=tmp_path, **FAST)
+    assert runs[0]["key"] != runs[1]["key"] and runs[1]["key"]["policy"]["rollback_rule"] == "first-above"
+    with pytest.raises(ValueError, match="rollback_rule must be one of"):
+        ev.sweep("toy-mt", [{"rollback_rule": "last"}], registry=tmp_path, **FAST)

@@ -226,7 +226,8 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
 @pytest.mark.parametrize("params, words", [({"executor": "spark"}, ["executor", "'local'"]),
                                            ({"shard_size": 0}, ["shard_size"]),
                                            ({"max_new_tokens": 0}, ["max_new_tokens", ">= 1"]),
-                                           ({"val_limit": -1}, ["val_limit"]), ({"passes": 0}, ["passes"])])
+                                           ({"val_limit": -1}, ["val_limit"]), ({"passes": 0}, ["passes"]),
+                                           ({"rollback_rule": "last"}, ["rollback_rule", "first-above"])])
 def test_new_parameters_are_checked(params, words):
     with pytest.raises(ValueError) as info:
         study.check_params(params)
