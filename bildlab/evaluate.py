@@ -34,7 +34,7 @@ from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
 from .models import provenance as models_provenance
 from .registry import DEFAULT_REGISTRY, Registry, digest
-from .summary import pareto, summarize  # noqa: F401  (pareto: part of the harness's interface)
+from .summary import summarize
 
 DRAFTS = ("small", "aligned", "early-exit")
 # "small": the draft model alone (greedy), an anchor; "hf_assisted": transformers' assisted generation with the draft

@@ -54,10 +54,6 @@ def mean(values, idx: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=float)[idx].mean(-1)
 
 
-def mean_difference(a, b, idx: np.ndarray) -> np.ndarray:
-    return mean(a, idx) - mean(b, idx)
-
-
 def covers(lo_hi: tuple[float, float], value: float = 0.0) -> bool:
     """Does the interval include `value` (e.g. a difference of 0: no detectable difference)?"""
     return lo_hi[0] <= value <= lo_hi[1]

@@ -54,7 +54,9 @@ def _finish(ax, fig, title: str, legend: bool = True):
 
 
 def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float | None = None,
-                  front: list[dict] | None = None, title: str = "", annotate: bool = True):
+                  front: list[dict] | None = None, title: str = "", annotate: bool = True,
+                  xlabel: str = "speedup over the vanilla large model (x)", reference: float | None = 1.0,
+                  xlim: tuple[float, float] | None = None):
     """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup, speedup_ci,
     score, score_ci and an optional label; the Pareto front (points) is joined by a dashed line."""
     fig, ax = _figure()
@@ -75,8 +77,11 @@ def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float
                    edgecolors="black", linewidths=0.8, label="not dominated (intervals)", zorder=3)
     if baseline is not None:
         ax.axhline(baseline, color="grey", lw=0.8, ls=":", label="vanilla large model")
-    ax.axvline(1.0, color="black", lw=0.6, label="1x (vanilla speed)")
-    ax.set_xlabel("speedup over the vanilla large model (x)")
+    if reference is not None:
+        ax.axvline(reference, color="black", lw=0.6, label=f"{reference:g}x (vanilla speed)")
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     return _finish(ax, fig, title)
 

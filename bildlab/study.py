@@ -150,9 +150,9 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                      "large-model share": 1.0, "gap closed": "100%"})
         rows.append({"pair": pair, "policy": "small model alone", **_cells(small), "large-model share": 0.0,
                      "gap closed": "0%"})
-        pts = []
+        pts, gaps = [], {}
         for r in bild:
-            gap, gap_ci = _gap_closed(r, small)
+            gap, gap_ci = gaps[id(r)] = _gap_closed(r, small)
             rows.append({"pair": pair, "policy": f"BiLD {_policy(r)}", **_cells(r),
                          "gap closed": sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], "%", 0)})
             pts.append({"speedup": 1 - r["summary"]["small_share"], "speedup_ci": [1 - r["summary"]["small_share"]] * 2,
@@ -160,25 +160,22 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                         "label": f"fb {r['key']['policy']['fallback']:g}"})
         points[pair] = pts
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
-        headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": _gap_closed(mid, small)[0],
-                          "fallback": mid["key"]["policy"]["fallback"]}
+        headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": gaps[id(mid)][0],
+                          "gap_closed_ci": gaps[id(mid)][1], "fallback": mid["key"]["policy"]["fallback"],
+                          "record": mid}
     points["anchors: small alone, large alone"] = [
         {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
         {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]
     fig = plots.speed_quality(points, metric="small-to-large quality gap closed (%)", baseline=100.0,
                               title=f"BiLD over fallback thresholds (rollback {rollback:g}), "
-                                    f"N = {records[0]['summary']['examples']}")
-    ax = fig.axes[0]
-    ax.set_xlabel("large model's share of the output tokens")
-    for line in ax.lines[-1:]:  # the 1x line means nothing here
-        line.remove()
-    ax.set_xlim(-0.05, 1.05)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+                                    f"N = {records[0]['summary']['examples']}",
+                              xlabel="large model's share of the output tokens", reference=None, xlim=(-0.05, 1.05))
     plots.save(fig, "rq1_token_share", figures)
     first = pairs[0]
-    mid = min(records[1:1 + len(fallbacks)], key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
-    small_share = mid["summary"]["small_share"]
-    gap, gap_ci = _gap_closed(mid, records[0])
+    head = headline[first]
+    mid, small_share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
+    for h in headline.values():
+        h.pop("record", None)
     verdict = "Yes" if small_share >= 0.5 else "No"
     answer = (f"{verdict}: on {first} (N = {mid['summary']['examples']}), at fallback {mid['key']['policy']['fallback']:g} "
               f"the small model writes {small_share:.0%} of the tokens and BiLD closes "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import metrics
-from .intervals import covers, interval, ratio_of_sums
+from .intervals import interval, ratio_of_sums
 
 LN2 = float(np.log(2.0))  # below this rollback threshold every disagreement is rolled back: the output is greedy's
 
@@ -140,7 +140,3 @@ def pareto(records: list[dict]) -> list[dict]:
     """The records that no other record dominates (intervals separate), by increasing speedup."""
     front = [r for r in records if not any(dominates(o, r) for o in records if o is not r)]
     return sorted(front, key=lambda r: r["summary"]["speedup"])
-
-
-def difference_covers_zero(record: dict) -> bool:
-    return covers(record["summary"]["delta_ci"], 0.0)

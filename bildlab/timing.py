@@ -36,8 +36,7 @@ def clock(device: torch.device | str) -> float:
 @contextlib.contextmanager
 def fixed_threads(threads: int | None):
     """Run the block with `threads` intra-op threads (None: leave the count as it is), restored afterwards."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be None or an integer >= 1; got {threads!r}")
+    _check_threads(threads)
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -53,9 +52,13 @@ def settings(threads: int | None = 1, repeats: int = 1, warmup: int = 2) -> dict
     return {"threads": threads, "repeats": repeats, "warmup": warmup}
 
 
-def check(threads, repeats, warmup) -> None:
+def _check_threads(threads) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be None or an integer >= 1; got {threads!r}")
+
+
+def check(threads, repeats, warmup) -> None:
+    _check_threads(threads)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
