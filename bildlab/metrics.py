@@ -33,6 +33,9 @@ def split_sentences(text):
     return [s.strip() for line in text.split("\n") for s in _SPLITTER.tokenize(line) if s.strip()]
 
 
+METRIC_NAMES = {"bleu": "BLEU", "rougeL": "ROUGE-L"}  # as the field writes them
+
+
 def bleu(hypotheses, references):
     """Corpus BLEU of sacrebleu with default settings (13a tokenizer, exp smoothing)."""
     import sacrebleu

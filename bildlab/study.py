@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from . import evaluate as ev
 from . import plots
 from . import summary as sm
+from .metrics import METRIC_NAMES
 from .models import task_of
 
 INF = math.inf
-METRIC_NAMES = {"bleu": "BLEU", "rougeL": "ROUGE-L"}  # as the field writes them
 
 # The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
 PAPER_TABLE = {

@@ -26,6 +26,17 @@ def _ci(lo_hi, n=4):
     return [_round(lo_hi[0], n), _round(lo_hi[1], n)]
 
 
+def score_difference(metric: str, ours, base) -> tuple[float, list]:
+    """The paired quality change `ours - base` from per-example metric data (`metrics.sentence_data`), with its
+    95% interval."""
+    n = len(ours)
+
+    def stat(idx):
+        return metrics.corpus(metric, ours, idx) - metrics.corpus(metric, base, idx)
+
+    return _round(stat(np.arange(n)[None])[0], 3), _ci(interval(stat, n), 3)
+
+
 def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
     """The summary of one record's per-example rows (see evaluate: output, tokens, seconds, stats, truncated,
     baseline_output, baseline_tokens, baseline_seconds, baseline_truncated, identical, hf_seconds)."""
@@ -36,6 +47,7 @@ def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
     base = metrics.sentence_data(metric, [r["baseline_output"] for r in rows], references)
     full = np.arange(n)[None]
     score, base_score = float(metrics.corpus(metric, ours, full)[0]), float(metrics.corpus(metric, base, full)[0])
+    delta, delta_ci = score_difference(metric, ours, base)
     t = np.array([r["seconds"] for r in rows])
     tb = np.array([r["baseline_seconds"] for r in rows])
     tok = np.array([r["tokens"] for r in rows], dtype=float)
@@ -54,8 +66,8 @@ def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
         "score_ci": _ci(interval(lambda i: metrics.corpus(metric, ours, i), n), 3),
         "baseline_score": _round(base_score, 3),
         "baseline_score_ci": _ci(interval(lambda i: metrics.corpus(metric, base, i), n), 3),
-        "delta": _round(score - base_score, 3),
-        "delta_ci": _ci(interval(lambda i: metrics.corpus(metric, ours, i) - metrics.corpus(metric, base, i), n), 3),
+        "delta": delta,
+        "delta_ci": delta_ci,
         "identical": round(identical / n, 4),  # share of outputs identical to the vanilla large model's
         "identical_count": identical,
         "speedup": _round(tb.sum() / t.sum()),
