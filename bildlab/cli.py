@@ -48,7 +48,7 @@ def _zoo(args) -> int:
         raise SystemExit("--force needs an explicit --out (it deletes that folder)")
     if args.force:
         shutil.rmtree(Path(args.out), ignore_errors=True)
-    build(args.out, args.profile, seed=args.seed, threads=args.threads)
+    build(args.out, args.profile, seed=args.seed, jobs=args.jobs, stages=args.stage)
     return 0
 
 
@@ -87,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
     zoo.add_argument("--out", default=None, help="output folder (default: data/zoo of this checkout)")
     zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
-                     help="full: the shipped zoo (about 56 min on 2 cores); smoke: a one-minute miniature")
+                     help="full: the shipped zoo (about an hour on 2 cores); smoke: a two-minute miniature")
     zoo.add_argument("--seed", type=int, default=0)
-    zoo.add_argument("--threads", type=int, default=None, help="torch CPU threads for training (default: torch's)")
+    zoo.add_argument("--jobs", type=int, default=1, choices=(1, 2),
+                     help="2: train the Llama pair and the small T5 in a second process, beside the large T5")
+    zoo.add_argument("--stage", action="append", default=None, help=argparse.SUPPRESS)  # the second process's stages
     zoo.add_argument("--force", action="store_true", help="delete the output folder first")
     zoo.set_defaults(run=_zoo)
     study = sub.add_parser("study", help="run the study notebooks through papermill into a run folder")

@@ -124,11 +124,12 @@ def _pair(name: str, draft: str, device: str, root: str):  # `root`: the zoo fol
 
 @lru_cache(maxsize=8)
 def _fingerprint(name: str, draft: str, root: str) -> str:
-    """Content hash of a toy pair's model files (paper pairs: their hub ids)."""
+    """Content hash of a toy pair's model files and tokenizer (paper pairs: their hub ids)."""
     if name not in TOY_PAIRS:
         return name
     large, small, aligned = TOY_PAIRS[name][:3]
     files = [Path(root) / m / "model.safetensors" for m in (large, aligned if draft == "aligned" else small) if m]
+    files.append(Path(root) / "tokenizer" / "tokenizer.json")
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes() if f.is_file() else b"missing")

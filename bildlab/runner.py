@@ -14,7 +14,7 @@ PARAMS = ROOT / "params"
 
 
 def notebook_names() -> list[str]:
-    return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+    return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb") if not p.name.startswith("."))  # not a run in progress
 
 
 def profile_params(profile: str, name: str) -> dict:
@@ -76,7 +76,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
             pm.execute_notebook(str(path), str(tmp), parameters=params, cwd=str(NOTEBOOKS), progress_bar=False,
                                 kernel_name="python3")
         except BaseException:
-            failed = out / f"{name}.failed.ipynb"
+            failed = out / f".{name}.failed.ipynb"  # hidden: not a notebook of the study
             if tmp.exists():
                 os.replace(tmp, failed)  # keep the evidence, never under the finished name
                 print(f"[study] {name} failed; see {failed}", file=sys.stderr)
@@ -128,7 +128,7 @@ def notebook_defaults(name: str) -> dict:
 
 def results_table(registry: str | os.PathLike = ROOT / "results" / "toy") -> str:
     """A markdown table of the toy study's main table (RQ5 with its stored parameters) replayed from the registry:
-    per task and row, the policy chosen on validation and its test numbers with 95% intervals, both timing passes."""
+    per task and row, the policy chosen on validation and its test numbers with 95% intervals, each timing pass."""
     import tempfile
 
     from . import study
@@ -139,21 +139,24 @@ def results_table(registry: str | os.PathLike = ROOT / "results" / "toy") -> str
     params.update(registry=str(registry), progress=False)
     with tempfile.TemporaryDirectory() as figures:
         result = study.rq5(pairs, **{**params, "figures": figures})
-    lines = ["| task | row | (rb, fb) chosen on validation | N (test) | quality change | speedup, pass 1 | "
-             "speedup, pass 2 | vs transformers generate | identical to vanilla |", "|---|---|---|---|---|---|---|---|---|"]
+    passes = params.get("passes", 1)
+    speed_heads = [f"speedup, pass {i + 1}" for i in range(passes)] if passes > 1 else ["speedup"]
+    lines = ["| task | row | (rb, fb) chosen on validation | N (test) | quality change | " + " | ".join(speed_heads)
+             + " | vs transformers generate | identical to vanilla |", "|---" * (7 + len(speed_heads)) + "|"]
     for pair, head in result.headline.items():
         metric = study.METRIC_NAMES[study.ev.tasks.task_metric(study.task_of(pair))]
         van = head.get("vanilla")
         if van:
-            lines.append(f"| {pair} | vanilla {metric} | – | | {fmt(van['score'], van['score_ci'])} | 1x | 1x | | |")
+            lines.append(f"| {pair} | vanilla {metric} | – | | {fmt(van['score'], van['score_ci'])} | "
+                         + " | ".join(["1x"] * len(speed_heads)) + " | | |")
         for row in study.ROWS[1:]:
             h = head.get(row)
             if not h:
-                lines.append(f"| {pair} | {row} | none qualifies | | | | | | |")
+                lines.append(f"| {pair} | {row} | none qualifies |" + " |" * (5 + len(speed_heads)))
                 continue
-            speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])] + ["–"] * 2
+            speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])]
             lines.append(f"| {pair} | {row} | {h['policy']} | {h['examples']} | "
-                         f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {speeds[0]} | {speeds[1]} | "
+                         f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {' | '.join(speeds)} | "
                          f"{fmt(h['speedup_hf'], h['speedup_hf_ci'], 'x')} | {h['identical']}/{h['examples']} |")
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small, prediction-aligned small)
 and a decoder-only Llama pair, trained from scratch on the synthetic tasks and measured for the card.
 
-    bildlab zoo                     # rebuild data/zoo (under an hour on 2 CPU cores), resumable
+    bildlab zoo --jobs 2            # rebuild data/zoo (about an hour on 2 CPU cores), resumable
     bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
 
 Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when its output is
@@ -13,21 +13,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import metrics, tasks, train
 from .atomic import atomic_path
 from .early_exit import exit_draft
+from .intervals import interval, ratio_of_sums
 from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
-VOCAB = 4096
+# BPE trained on all the text the zoo trains on. The toy-sum names are invented syllable strings: a 4,096-piece
+# tokenizer trained on 4,500 stories split them into 3-4 pieces, and the models' summaries that had to copy 8 or more
+# name pieces ran into loops repeating a fragment (25 of the small's 194 such summaries, none of the 106 others;
+# 12 of the large's 194 and 1 of 106); with 6,144 pieces over 30,000 stories a name is 1-2 pieces
+VOCAB = 6144
 SPECIAL = ["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"]  # ids 0..5: pad, eos, unk, sep, task prefixes
 PREFIX = {task: prefix for _, _, _, prefix, task in TOY_PAIRS.values()}  # "<mt> ", "<sum> "
 MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
@@ -48,12 +54,12 @@ ARCHS = {
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
 PROFILES = {
-    "full": dict(mt=32000, sum=4500, seed_sum=30000, calib_mt=8000, calib_sum=1000, llama_mt=26000,
-                 eval=300, latency=20, epochs=2, large_epochs=2, small_epochs=1.5, small_sum_repeat=2,
-                 lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1600, short_first=300),
+    "full": dict(mt=32000, sum=4500, seed_sum=30000, calib_mt=12000, calib_sum=4000, llama_mt=26000,
+                 eval=300, latency=20, epochs=2, large_epochs=2, mt_epochs=3,
+                 lr_large=1e-3, lr_small=2e-3, lr_align=5e-4, batch_tokens=1600, short_first=300),
     "smoke": dict(mt=600, sum=200, seed_sum=400, calib_mt=100, calib_sum=50, llama_mt=400,
-                  eval=40, latency=3, epochs=2, large_epochs=1, small_epochs=1, small_sum_repeat=2,
-                  lr_large=1e-3, lr_small=2e-3, lr_align=1e-4, batch_tokens=1200, short_first=5),
+                  eval=40, latency=3, epochs=2, large_epochs=1, mt_epochs=2,
+                  lr_large=1e-3, lr_small=2e-3, lr_align=5e-4, batch_tokens=1200, short_first=5),
 }
 
 
@@ -65,7 +71,7 @@ def build_tokenizer(out: Path, profile: dict):
         for ex in tasks.load_task("toy-mt", "train")[: profile["mt"]]:
             yield ex["source"]
             yield ex["target"]
-        for ex in tasks.load_task("toy-sum", "train")[: profile["sum"]]:
+        for ex in tasks.load_task("toy-sum", "train")[: profile["seed_sum"]]:
             yield ex["source"]
             yield ex["target"]
 
@@ -140,30 +146,41 @@ def work_dir(profile_name: str, seed: int) -> Path:
     return Path(tasks.cache_root()) / "zoo-work" / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
+# the stages that do not need the large T5; with jobs=2 a second process trains them while this one trains the large
+TRAIN_THREADS = 1  # torch threads of every stage: part of the recipe (the bits depend on it)
+SIDE_STAGES = ("llama-small", "llama-large", "t5-small")
+
+
 def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, progress: bool = True,
-          threads: int | None = None) -> dict:
-    """Build (or resume building) the zoo in `out` and write its card. Returns the card."""
+          jobs: int = 1, stages: list[str] | None = None) -> dict | None:
+    """Build (or resume building) the zoo in `out` and write its card. Returns the card.
+
+    Every stage computes on TRAIN_THREADS torch threads, whatever `jobs` and the machine: float sums depend on the
+    thread count (a model trained on two threads differs in its bits from one trained on one), so the thread count is
+    part of the recipe, and a rebuild from an empty cache reproduces the shipped files.
+    jobs=2 trains SIDE_STAGES in a second process, beside the large T5; `stages` runs only those stages and writes
+    no card (that second process)."""
+    if jobs not in (1, 2):
+        raise ValueError(f"jobs must be 1 or 2; got {jobs!r}")
+    if stages is not None and not set(stages) <= set(SIDE_STAGES):
+        raise ValueError(f"stages must be among {', '.join(SIDE_STAGES)}; got {stages!r}")
     out = Path(out or zoo_dir())
     profile = PROFILES[profile_name]
     out.mkdir(parents=True, exist_ok=True)
     work = work_dir(profile_name, seed)
     work.mkdir(parents=True, exist_ok=True)
-    if threads:
-        torch.set_num_threads(threads)
-    log = _load_json(out / "train-log.json") or {}
-    out_arg = "" if out.resolve() == Path(zoo_dir()).resolve() else f" --out {out}"  # the card names no local path
-    command = f"bildlab zoo --profile {profile_name} --seed {seed}{out_arg}"
+    torch.set_num_threads(TRAIN_THREADS)
+    command = f"bildlab zoo --profile {profile_name} --seed {seed}" + (f" --jobs {jobs}" if jobs > 1 else "")
     t_start = time.time()
 
     def stage(name: str, fn, dest: Path | None = None):
-        if (dest or out / name).exists():
+        if (dest or out / name).exists() or (stages is not None and name not in stages):
             return
         t0 = time.time()
         info = fn()
         info["seconds"] = round(time.time() - t0, 1)
         info["command"] = command
-        log[name] = info
-        _dump_json(log, out / "train-log.json")
+        _log_stage(out / "train-log.json", work / "train-log.lock", name, info)
         print(f"[zoo] {name}: {info['seconds']} s", file=sys.stderr)
 
     from .models import _load_tokenizer
@@ -187,18 +204,22 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
                 "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3),
                 **{k: v for k, v in kw.items() if k != "plan"}}
 
-    def seed_small():  # a small T5 from scratch: the seed that the large model is grown from
-        # Short translation pairs first (alignment), then a translation-only epoch (trained on both tasks from the
-        # start, the models learned summaries and a language model that ignores the source), then both tasks with
-        # many summaries: copying names and numbers from the document is learned only after thousands of summary
-        # steps, and 5x cheaper in this shallow model than in the large one, which inherits it (train.grow)
-        torch.manual_seed(seed + 2)
+    def from_scratch(name: str, stage_seed: int, dest: Path):
+        # A small T5 from scratch, on the references only. Short translation pairs first (alignment), then
+        # translation-only epochs (trained on both tasks from the start, the models learned summaries and a language
+        # model that ignores the source; after one such epoch four of five seeds still did, BLEU 6-12), then both
+        # tasks with many summaries: copying names and numbers from the document is learned only after thousands of
+        # summary steps, and 5x cheaper in this shallow model than in the large one, which inherits it (train.grow)
+        torch.manual_seed(stage_seed)
         pairs = mt_data + _seq2seq_data(tokenizer, "toy-sum", profile["seed_sum"])
-        plan = train.short_first_plan(mt_data, profile["batch_tokens"], seed + 2, 1, profile["short_first"])
-        plan += train.batches(pairs, profile["batch_tokens"], seed + 102, profile["epochs"] - 1)
-        info = fit("t5-seed", new_model("t5-small", vocab), pairs, profile["lr_small"], seed + 2, plan=plan,
-                   dest=work / "t5-seed")
-        info["schedule"] = (f"{profile['short_first']} batches of short toy-mt pairs, 1 epoch of toy-mt, "
+        plan = train.short_first_plan(mt_data, profile["batch_tokens"], stage_seed, profile["mt_epochs"],
+                                      profile["short_first"])
+        plan += train.batches(pairs, profile["batch_tokens"], stage_seed + 100, profile["epochs"] - 1)
+        info = fit(name, new_model("t5-small", vocab), pairs, profile["lr_small"], stage_seed, plan=plan,
+                   dest=dest)
+        info["init"] = f"random (torch seed {stage_seed})"
+        info["schedule"] = (f"{profile['short_first']} batches of short toy-mt pairs, {profile['mt_epochs']} "
+                            f"epoch(s) of toy-mt, "
                             f"{profile['epochs'] - 1} epoch(s) of toy-mt + {profile['seed_sum']} toy-sum pairs")
         return info
 
@@ -209,23 +230,6 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
                    epochs=profile["large_epochs"])
         info["init"] = (f"t5-seed (a t5-small trained from scratch), grown to {model.config.num_layers} + "
                         f"{model.config.num_decoder_layers} layers (train.grow)")
-        return info
-
-    def small():  # the large model's bottom layers (train.shrink), trained on the references
-        # How long sets how close the small comes to the large. Measured on the previous zoo (toy-sum v2, 10+10
-        # large): 1 epoch (each summary 3 times) agreed with the large on 73% of toy-mt positions (the paper's pairs:
-        # 75-98%); 2 epochs came within 1.8 BLEU of the large (the target: at least 5 below)
-        torch.manual_seed(seed + 6)
-        model = train.shrink(_load(out / "t5-large"), new_model("t5-small", vocab).config)
-        pairs = data + sum_data * (profile["small_sum_repeat"] - 1)
-        epochs = profile["small_epochs"]
-        whole = math.ceil(epochs)
-        plan = train.batches(pairs, profile["batch_tokens"], seed + 6, whole)
-        info = fit("t5-small", model, pairs, profile["lr_large"], seed + 6,
-                   plan=plan[: round(len(plan) * epochs / whole)])
-        info["init"] = "t5-large's encoder layers 0-1, decoder layer 0 and embeddings (train.shrink)"
-        info["schedule"] = (f"{epochs} epochs of toy-mt + toy-sum (a random share of the batches of {whole}), each "
-                            f"toy-sum pair {profile['small_sum_repeat']} times per epoch")
         return info
 
     def aligned():
@@ -262,13 +266,25 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
 
         return run
 
-    stage("t5-seed", seed_small, work / "t5-seed")
+    side = None
+    if jobs > 1 and stages is None:  # after the tokenizer and the task data exist: the side process only reads them
+        side = subprocess.Popen([sys.executable, "-m", "bildlab.cli", "zoo", "--out", str(out), "--profile",
+                                 profile_name, "--seed", str(seed), "--jobs", str(jobs),
+                                 *[arg for name in SIDE_STAGES for arg in ("--stage", name)]])
+    # the seed that the large model is grown from, and the unaligned small: the same recipe, another seed (the paper's
+    # small is trained on its own, not cut out of the large model, so that prediction alignment has work to do)
+    if not (out / "t5-large").exists() and stages is None:  # the seed is needed only to grow the large model
+        stage("t5-seed", lambda: from_scratch("t5-seed", seed + 2, work / "t5-seed"), work / "t5-seed")
     stage("t5-large", large)
-    stage("t5-small", small)
+    if side is not None and side.wait() != 0:
+        raise RuntimeError(f"the side process of the zoo build ({', '.join(SIDE_STAGES)}) failed")
+    stage("t5-small", lambda: from_scratch("t5-small", seed + 6, out / "t5-small"))
     stage("t5-small-aligned", aligned)
     stage("llama-small", llama("llama-small", seed + 5))
     stage("llama-large", llama("llama-large", seed + 4))
-    card = write_card(out, tokenizer, profile, log)
+    if stages is not None:
+        return None
+    card = write_card(out, tokenizer, profile, _load_json(out / "train-log.json") or {})
     print(f"[zoo] built in {time.time() - t_start:.0f} s: {out}", file=sys.stderr)
     return card
 
@@ -277,10 +293,10 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
 # The card: what each model is and how well it does
 
 
-def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0) -> float:
-    """Share of positions where the small model's argmax equals the large model's greedy token, teacher-forced on
-    the large model's outputs."""
-    same = total = 0
+def _agreement_counts(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0):
+    """Per example: (positions where the small model's argmax equals the large model's greedy token, positions),
+    teacher-forced on the large model's outputs."""
+    same, total = [], []
     with torch.inference_mode():
         for start in range(0, len(sources), 64):
             src, out = sources[start : start + 64], outputs[start : start + 64]
@@ -295,11 +311,16 @@ def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]],
                 logits = small(input_ids=ids, attention_mask=mask).logits[:, :-1]
                 target = train._pad([[-100] * (len(s) - 1) + o for s, o in zip(src, out)], -100)
                 logits = logits[:, : target.shape[1]]
-            pred = logits.argmax(-1)
             valid = target.ne(-100)
-            same += (pred.eq(target) & valid).sum().item()
-            total += valid.sum().item()
-    return same / max(total, 1)
+            same += (logits.argmax(-1).eq(target) & valid).sum(-1).tolist()
+            total += valid.sum(-1).tolist()
+    return same, total
+
+
+def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0) -> float:
+    """Share of all positions where the small model's argmax equals the large model's greedy token."""
+    same, total = _agreement_counts(large, small, sources, outputs, pad_id)
+    return sum(same) / max(sum(total), 1)
 
 
 def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
@@ -317,36 +338,60 @@ def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
             for name in models}
 
 
+def _measure(models: dict, sources: list[list[int]], refs: list[str], tokenizer, task: str,
+             comparisons: list[tuple[str, str]]) -> tuple[dict, dict]:
+    """Each model's test score, outputs cut off at max_new_tokens and (for all but the first, the large model)
+    agreement with the large model's greedy tokens; and for each (a, b) in `comparisons` the paired differences
+    a - b in score and agreement, each as [value, low, high] (95% paired bootstrap over the examples)."""
+    from .decoding import _eos_ids
+    from .summary import score_difference
+
+    metric, large = tasks.task_metric(task), next(iter(models))
+    outputs, data, counts, results = {}, {}, {}, {}
+    for name, model in models.items():
+        outputs[name] = train.greedy_batch(model, sources, pad_id=0, max_new_tokens=MAX_NEW[task],
+                                           desc=f"{task} {name}")
+        data[name] = metrics.sentence_data(metric, [tokenizer.decode(o, skip_special_tokens=True).strip()
+                                                    for o in outputs[name]], refs)
+        ends = _eos_ids(model, None)
+        results[name] = {metric: round(float(metrics.corpus(metric, data[name], np.arange(len(refs))[None])[0]), 2),
+                         "truncated": sum(not o or o[-1] not in ends for o in outputs[name])}
+        if name != large:
+            same, total = map(np.array, _agreement_counts(models[large], model, sources, outputs[large]))
+            counts[name] = same, total
+            results[name]["agreement"] = round(same.sum() / total.sum(), 4)
+            results[name]["agreement_ci"] = [round(x, 4) for x in
+                                             interval(lambda i: ratio_of_sums(same, total, i), len(refs))]
+    differences = {}
+    for a, b in comparisons:
+        d, ci = score_difference(metric, data[a], data[b])
+        differences[f"{a} - {b}"] = {metric: [d, *ci]}
+        if a in counts and b in counts:
+            (sa, total), (sb, _) = counts[a], counts[b]
+
+            def gain(i):
+                return ratio_of_sums(sa, total, i) - ratio_of_sums(sb, total, i)
+
+            differences[f"{a} - {b}"]["agreement"] = [round(float(gain(np.arange(len(refs))[None])[0]), 4),
+                                                      *(round(x, 4) for x in interval(gain, len(refs)))]
+    return results, differences
+
+
 def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
     t5 = {name: _load(out / name) for name in ("t5-large", "t5-small", "t5-small-aligned")}
     t5["t5-early-exit"] = exit_draft(t5["t5-large"], EXIT_LAYER)  # a view of the large model, as load_pair gives
     llama = {name: _load(out / name) for name in ("llama-large", "llama-small")}
-    results: dict = {"toy-mt": {}, "toy-sum": {}, "toy-mt-llama": {}}
+    results, differences = {}, {}
     for task in ("toy-mt", "toy-sum"):
         examples = tasks.load_task(task, "test")[: profile["eval"]]
         pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
-        sources, refs = [s for s, _ in pairs], [ex["target"] for ex in examples]
-        outputs = {}
-        for name, model in t5.items():
-            outputs[name] = train.greedy_batch(model, sources, pad_id=0, max_new_tokens=MAX_NEW[task],
-                                               desc=f"{task} {name}")
-            hyps = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs[name]]
-            results[task][name] = {tasks.task_metric(task): round(metrics.score(tasks.task_metric(task), hyps,
-                                                                                refs), 2)}
-        for name in ("t5-small", "t5-small-aligned", "t5-early-exit"):
-            results[task][name]["agreement"] = round(_agreement(t5["t5-large"], t5[name], sources,
-                                                                outputs["t5-large"]), 4)
+        results[task], differences[task] = _measure(t5, [s for s, _ in pairs], [ex["target"] for ex in examples],
+                                                    tokenizer, task, [("t5-large", "t5-small"),
+                                                                      ("t5-small-aligned", "t5-small")])
     examples = tasks.load_task("toy-mt", "test")[: profile["eval"]]
     prompts = [s for s, _ in _llama_data(tokenizer, examples)]
-    refs = [ex["target"] for ex in examples]
-    outputs = {}
-    for name, model in llama.items():
-        outputs[name] = train.greedy_batch(model, prompts, pad_id=0, max_new_tokens=MAX_NEW["toy-mt"],
-                                           desc=f"toy-mt {name}")
-        hyps = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs[name]]
-        results["toy-mt-llama"][name] = {"bleu": round(metrics.bleu(hyps, refs), 2)}
-    results["toy-mt-llama"]["llama-small"]["agreement"] = round(
-        _agreement(llama["llama-large"], llama["llama-small"], prompts, outputs["llama-large"]), 4)
+    results["toy-mt-llama"], differences["toy-mt-llama"] = _measure(
+        llama, prompts, [ex["target"] for ex in examples], tokenizer, "toy-mt", [("llama-large", "llama-small")])
 
     n = profile["latency"]
     mt_inputs = [torch.tensor([s]) for s, _ in
@@ -362,6 +407,7 @@ def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
                        "load": "load_pair(name, early_exit=True)"},
         "models": {},
         "test": results,
+        "differences": differences,
         "latency_ms_per_token": latency,
         "latency_ratio": {
             "t5-large / t5-small": round(latency["t5-large"] / latency["t5-small"], 2),
@@ -395,16 +441,40 @@ def card_markdown(card: dict) -> str:
                      f"{t.get('seconds')} |")
     lines += ["", f"Training command: `{next(iter(card['models'].values()))['training'].get('command')}`", "",
               f"## Test metrics (first {card['test_examples']} test examples, batched greedy)", "",
-              "| pair | model | metric | agreement with large (teacher-forced) |", "|---|---|---|---|"]
+              "Agreement: the share of positions where the model's argmax equals the large model's greedy token, "
+              "teacher-forced on the large model's outputs. Truncated: outputs cut off at max_new_tokens "
+              f"({', '.join(f'{k} {v}' for k, v in MAX_NEW.items())}). Intervals: 95% paired bootstrap over the "
+              "examples.", "",
+              "| pair | model | metric | truncated | agreement with large [95% CI] |", "|---|---|---|---|---|"]
     for pair, models in card["test"].items():
         for name, r in models.items():
-            metric = ", ".join(f"{k} {v}" for k, v in r.items() if k != "agreement")
-            lines.append(f"| {pair} | {name} | {metric} | {r.get('agreement', '')} |")
+            metric = next(k for k in r if k not in ("truncated", "agreement", "agreement_ci"))
+            agree = f"{r['agreement']:.4f} [{r['agreement_ci'][0]:.4f}, {r['agreement_ci'][1]:.4f}]" \
+                if "agreement" in r else ""
+            lines.append(f"| {pair} | {name} | {metrics.METRIC_NAMES[metric]} {r[metric]:.2f} | {r['truncated']} | {agree} |")
+    lines += ["", "Paired differences on the same examples:", "",
+              "| pair | difference | score [95% CI] | agreement [95% CI] |", "|---|---|---|---|"]
+    for pair, diffs in card["differences"].items():
+        for name, d in diffs.items():
+            cells = [f"{v[0]:+.{p}f} [{v[1]:+.{p}f}, {v[2]:+.{p}f}]" if v else "" for v, p in
+                     ((next(v for k, v in d.items() if k != "agreement"), 2), (d.get("agreement"), 4))]
+            lines.append(f"| {pair} | {name} | {cells[0]} | {cells[1]} |")
     lines += ["", "## Per-token latency at batch 1 (bildlab greedy, 1 CPU thread)", "",
               "| model | ms/token |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in card["latency_ms_per_token"].items()]
     lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in card["latency_ratio"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _log_stage(path: Path, lock: Path, name: str, info: dict) -> None:
+    """Record a finished stage in the build log; a lock file keeps the side process's entries (jobs=2)."""
+    import fcntl
+
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        log = _load_json(path) or {}
+        log[name] = info
+        _dump_json(log, path)
 
 
 def _load_json(path: Path):

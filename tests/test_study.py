@@ -84,6 +84,28 @@ def test_run_study_stores_toy_notebooks_in_place_without_clock_readings(monkeypa
     assert seen[-1] == {"limit": 2, "registry": "../runs/toy/results", "figures": "../runs/toy/figures"}
 
 
+def test_an_interrupted_run_keeps_its_notebook_hidden_and_out_of_the_study(monkeypatch, tmp_path):
+    import nbformat
+    import papermill
+
+    def interrupted(src, dst, **kwargs):  # papermill wrote part of the notebook, then the run was stopped
+        nbformat.write(nbformat.read(src, as_version=4), dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path)
+    source = nbformat.read(runner.ROOT / "notebooks" / "rq1_small_writes_most.ipynb", as_version=4)
+    nbformat.write(source, tmp_path / "rq1_small_writes_most.ipynb")
+    before = (tmp_path / "rq1_small_writes_most.ipynb").read_bytes()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_study(progress=False)
+    assert sorted(f.name for f in tmp_path.iterdir()) == [".rq1_small_writes_most.failed.ipynb",
+                                                          "rq1_small_writes_most.ipynb"]
+    assert (tmp_path / "rq1_small_writes_most.ipynb").read_bytes() == before  # the stored notebook is untouched
+    (tmp_path / ".rq2_policies.running.ipynb").write_bytes(before)  # another run in progress
+    assert runner.notebook_names() == ["rq1_small_writes_most"]
+
+
 def test_every_notebook_has_one_parameters_cell_and_paper_params_are_valid():
     import nbformat
     import papermill
@@ -253,3 +275,22 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path):
     assert all(r["summary"]["examples"] == 2 for r in records)
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["rq1_token_share.pdf", "rq1_token_share.png"]
     assert not any(o.get("name") == "stderr" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_speculative_table_leaves_uncounted_calls_blank(monkeypatch, tmp_path):
+    """transformers' generate does not count its large-model calls: its rows show no tokens per call and no
+    large-model share (a summary's count of 0 calls would read as every token from one call)."""
+    def sweep(pair, grid, **run):
+        records = [_fake_record(pair, g, 1.4, 0.0, 20) for g in grid]
+        for r, g in zip(records, grid):
+            r["key"]["policy"]["k"] = g.get("k")
+        return records
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    result = study.speculative("toy-mt-llama", ks=[2, 4], reference_pair=None, figures=tmp_path, progress=False)
+    table = result.table
+    assisted = table[table["mode"] == "transformers assisted generation"]
+    assert len(assisted) == 2 and (assisted["tokens / large call"] == "").all()  # a blank cell
+    assert (assisted["large-model share"] == "").all()
+    greedy = table[table["mode"] == "greedy vs greedy"]
+    assert (greedy["tokens / large call"] == 3.0).all()

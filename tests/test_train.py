@@ -154,6 +154,26 @@ def test_zoo_work_folder_changes_with_the_recipe(tmp_path, monkeypatch):
     assert zoo.work_dir("full", 0) != full
 
 
+def test_zoo_build_rejects_bad_jobs_and_stages(tmp_path):
+    from bildlab import zoo
+
+    with pytest.raises(ValueError, match="jobs must be 1 or 2; got 3"):
+        zoo.build(tmp_path, "smoke", jobs=3)
+    with pytest.raises(ValueError, match="stages must be among llama-small, llama-large, t5-small"):
+        zoo.build(tmp_path, "smoke", stages=["t5-large"])
+
+
+def test_zoo_build_log_keeps_the_entries_of_both_processes(tmp_path):
+    """With --jobs 2 two processes finish stages; each entry is merged into the log on disk, none overwritten."""
+    from bildlab import zoo
+
+    log, lock = tmp_path / "train-log.json", tmp_path / "train-log.lock"
+    zoo._log_stage(log, lock, "t5-large", {"steps": 2})
+    zoo._log_stage(log, lock, "llama-small", {"steps": 1})
+    zoo._log_stage(log, lock, "t5-large", {"steps": 3})
+    assert zoo._load_json(log) == {"t5-large": {"steps": 3}, "llama-small": {"steps": 1}}
+
+
 def test_load_pair_rejects_unknown_names_and_bad_combinations():
     with pytest.raises(ValueError, match="unknown pair 'toy-xx'; known pairs: toy-mt, toy-sum"):
         models.load_pair("toy-xx")

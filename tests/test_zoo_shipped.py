@@ -25,38 +25,60 @@ def test_zoo_is_small_and_complete():
     assert not list(root.rglob("*.partial")) and not list(root.rglob("*.tmp-*"))
 
 
-def test_large_is_clearly_better_than_small():
-    mt, sm = TEST["toy-mt"], TEST["toy-sum"]
-    assert mt["t5-large"]["bleu"] >= mt["t5-small"]["bleu"] + 5
-    assert sm["t5-large"]["rougeL"] >= sm["t5-small"]["rougeL"] + 3
-    llama = TEST["toy-mt-llama"]
-    assert llama["llama-large"]["bleu"] > llama["llama-small"]["bleu"]
+DIFF = CARD["differences"]
+N = CARD["test_examples"]
+SMALLS = [("toy-mt", "t5-small"), ("toy-sum", "t5-small"), ("toy-mt-llama", "llama-small")]
 
 
-# The one target the shipped zoo misses, measured on its card; strict: a rebuild that meets it turns this into a
-# failure that asks for the marker to go. Fine-tuned on the large model's outputs for 9,000 fresh training inputs, the
-# small agrees with the large more often on both tasks but scores 1.3 BLEU lower on the card's 300 toy-mt sentences
-# (lr 1e-4; 3e-4 lost 2.7, 5e-5 lost 2.8, adding 9,000 reference pairs lost 1.6). The gap is noise, not a loss:
-# paired bootstrap (sacrebleu, 1000 resamples, small as baseline) gives -1.33 BLEU p=0.19 on these 300, -0.48 p=0.28
-# on all 1000 test sentences, +0.91 p=0.17 on 1000 validation sentences; nor was it a gain. Tried without a gain on
-# validation: 1 epoch, distillation on the large model's soft targets, a chrF>=80 filter on the calibration outputs.
-MISSED_ALIGNED_SCORE = pytest.mark.xfail(strict=True, reason="toy-mt: the aligned small scores BLEU 74.88 vs 76.21")
+def missed(reason):
+    """A target zoo v2 misses, with the card's measured value and interval; strict: a rebuild that meets it fails
+    here and asks for the marker to go."""
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def test_card_measures_300_test_examples():
+    assert N >= 300
+
+
+@pytest.mark.parametrize("task, gap", [("toy-mt", 5), ("toy-sum", 3)])
+def test_large_is_clearly_better_than_small(task, gap):
+    value, low, high = DIFF[task]["t5-large - t5-small"][tasks.task_metric(task)]
+    assert value >= gap and low > 0, (value, low, high)
+
+
+def test_llama_large_is_better_than_its_small():
+    value, low, high = DIFF["toy-mt-llama"]["llama-large - llama-small"]["bleu"]
+    assert low > 0, (value, low, high)
+
+
+@pytest.mark.parametrize("task, small", [
+    SMALLS[0], pytest.param(*SMALLS[1], marks=missed("toy-sum: the small agrees on 0.7060 [0.6847, 0.7237]")),
+    SMALLS[2]])
+def test_small_is_mostly_right_with_room_for_alignment(task, small):
+    """The paper's pairs agree on 75-98%; a small cut out of the large one agreed on 90% before any alignment."""
+    assert 0.75 <= TEST[task][small]["agreement"] <= 0.88, TEST[task][small]
+
+
+@pytest.mark.parametrize("task", [
+    pytest.param("toy-mt", marks=missed("toy-mt: alignment adds +0.0224 [+0.0143, +0.0306]")), "toy-sum"])
+def test_alignment_raises_agreement_by_3_points(task):
+    value, low, high = DIFF[task]["t5-small-aligned - t5-small"]["agreement"]
+    assert value >= 0.03 and low > 0, (value, low, high)
 
 
 @pytest.mark.parametrize("task", ["toy-mt", "toy-sum"])
-def test_small_is_mostly_right(task):
-    assert 0.75 <= TEST[task]["t5-small"]["agreement"] <= 0.98
+def test_aligned_small_scores_no_worse(task):
+    """The interval of the aligned small's score minus the small's includes 0 or lies above it."""
+    value, low, high = DIFF[task]["t5-small-aligned - t5-small"][tasks.task_metric(task)]
+    assert high >= 0, (value, low, high)
 
 
-@pytest.mark.parametrize("task", ["toy-mt", "toy-sum"])
-def test_aligned_small_agrees_more_often(task):
-    assert TEST[task]["t5-small-aligned"]["agreement"] > TEST[task]["t5-small"]["agreement"]
-
-
-@pytest.mark.parametrize("task", [pytest.param("toy-mt", marks=MISSED_ALIGNED_SCORE), "toy-sum"])
-def test_aligned_small_scores_at_least_as_well(task):
-    metric = tasks.task_metric(task)
-    assert TEST[task]["t5-small-aligned"][metric] >= TEST[task]["t5-small"][metric]
+@pytest.mark.parametrize("task", ["toy-mt", "toy-sum", "toy-mt-llama"])
+def test_few_outputs_run_to_the_length_limit(task):
+    """Under 1% of the large model's outputs and under 3% of each small model's end at max_new_tokens."""
+    for name, r in TEST[task].items():
+        limit = 0.01 if name.endswith("large") else 0.03
+        assert r["truncated"] < limit * N, (name, r["truncated"])
 
 
 @pytest.mark.parametrize("ratio", ["t5-large / t5-small", "llama-large / llama-small"])
