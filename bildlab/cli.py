@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
     zoo.add_argument("--out", default=None, help="output folder (default: data/zoo of this checkout)")
     zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
-                     help="full: the shipped zoo (about an hour on 2 cores); smoke: a two-minute miniature")
+                     help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature")
     zoo.add_argument("--seed", type=int, default=0)
     zoo.add_argument("--jobs", type=int, default=1, choices=(1, 2),
                      help="2: train the Llama pair and the small T5 in a second process, beside the large T5")
