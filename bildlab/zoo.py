@@ -344,6 +344,7 @@ def _measure(models: dict, sources: list[list[int]], refs: list[str], tokenizer,
     agreement with the large model's greedy tokens; and for each (a, b) in `comparisons` the paired differences
     a - b in score and agreement, each as [value, low, high] (95% paired bootstrap over the examples)."""
     from .decoding import _eos_ids
+    from .evaluate import _truncated
     from .summary import score_difference
 
     metric, large = tasks.task_metric(task), next(iter(models))
@@ -355,7 +356,7 @@ def _measure(models: dict, sources: list[list[int]], refs: list[str], tokenizer,
                                                     for o in outputs[name]], refs)
         ends = _eos_ids(model, None)
         results[name] = {metric: round(float(metrics.corpus(metric, data[name], np.arange(len(refs))[None])[0]), 2),
-                         "truncated": sum(not o or o[-1] not in ends for o in outputs[name])}
+                         "truncated": sum(_truncated(o, MAX_NEW[task], ends) for o in outputs[name])}
         if name != large:
             same, total = map(np.array, _agreement_counts(models[large], model, sources, outputs[large]))
             counts[name] = same, total
