@@ -171,16 +171,16 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                                     f"N = {records[0]['summary']['examples']}",
                               xlabel="large model's share of the output tokens", reference=None, xlim=(-0.05, 1.05))
     plots.save(fig, "rq1_token_share", figures)
-    first = pairs[0]
-    head = headline[first]
-    mid, small_share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
-    for h in headline.values():
-        h.pop("record", None)
-    verdict = "Yes" if small_share >= 0.5 else "No"
-    answer = (f"{verdict}: on {first} (N = {mid['summary']['examples']}), at fallback {mid['key']['policy']['fallback']:g} "
-              f"the small model writes {small_share:.0%} of the tokens and BiLD closes "
-              f"{sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], '%', 0)} of the small-to-large gap at "
-              f"{_speed(mid)}.")
+    parts = []
+    for pair, head in headline.items():
+        mid, share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
+        parts.append(f"on {pair} (N = {mid['summary']['examples']}), at fallback {head['fallback']:g} the small model "
+                     f"writes {share:.0%} of the tokens and BiLD closes "
+                     f"{sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], '%', 0)} of the small-to-large gap at "
+                     f"{_speed(mid)}")
+    most = [h["small_share"] >= 0.5 for h in headline.values()]
+    verdict = "Yes" if all(most) else "No" if not any(most) else "On some tasks"
+    answer = f"{verdict}: " + "; ".join(parts) + "."
     return Result("RQ1", _frame(rows), fig, answer, headline, records)
 
 
@@ -408,19 +408,20 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                      ylabel="speedup over the vanilla large model (x)",
                      title=f"BiLD main table: policies chosen on validation, test N = {n_test}")
     plots.save(fig, "rq5_main_table", figures)
-    first = pairs[0]
-    h = headline[first]
-    parts = []
-    for row in ("unaligned lossless", "aligned lossless", "aligned degraded", "unaligned degraded"):
-        if row in h:
-            x = h[row]
-            loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
-                    f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} points")
-            passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
-            parts.append(f"{row} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
-    answer = (f"On {first} (policies chosen on {val_split}, reported on {run.get('split', 'test')}, N = {n_test}; "
-              f"speedups of {passes} independent timing passes): " + "; ".join(parts) + "."
-              if parts else f"On {first} no BiLD policy qualifies on {val_split}.")
+    answers = []
+    for pair, h in headline.items():
+        parts, metric = [], METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
+        for row in ("unaligned lossless", "aligned lossless", "aligned degraded", "unaligned degraded"):
+            if row in h:
+                x = h[row]
+                loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
+                        f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} {metric}")
+                passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
+                parts.append(f"{row} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
+        answers.append(f"On {pair}: " + "; ".join(parts) + "." if parts else
+                       f"On {pair} no BiLD policy qualifies on {val_split}.")
+    answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (N = {n_test}; speedups of "
+              f"{passes} independent timing passes). " + " ".join(answers))
     frame = _frame(table)
     first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]

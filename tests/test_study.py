@@ -144,7 +144,7 @@ def _fake_record(pair, entry, speed, delta, identical, n=20):
     """A record as the harness writes it, with made-up numbers (no model runs)."""
     e = {"method": "bild", "draft": "small", "fallback": 0.6, "rollback": 5.0, **entry}
     policy = {"fallback": e["fallback"], "rollback": e["rollback"], "max_small_steps": 10}
-    s = {"metric": "bleu", "examples": n, "score": 30.0 + delta, "score_ci": [29.0 + delta, 31.0 + delta],
+    s = {"metric": "rougeL" if pair == "toy-sum" else "bleu", "examples": n, "score": 30.0 + delta, "score_ci": [29.0 + delta, 31.0 + delta],
          "baseline_score": 30.0, "baseline_score_ci": [29.0, 31.0], "delta": delta, "delta_ci": [delta - 0.5,
                                                                                                    min(delta + 0.5, 0)],
          "identical": identical / n, "identical_count": identical, "speedup": speed,
@@ -203,6 +203,21 @@ def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch
     assert head["unaligned lossless"]["policy"] == (3.0, 0.9) and head["unaligned degraded"]["policy"] == (3.0, 0.5)
     assert head["unaligned"]["policy"] == (3.0, 0.9)  # -1 point is outside the 0.2 tolerance
     assert head["aligned degraded"]["examples"] == 300 and len(head["aligned degraded"]["speedups"]) == 2
+
+
+def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
+    def sweep(pair, grid, **run):  # on toy-sum no policy is lossless; on toy-mt fb 0.9 is
+        lossless = pair == "toy-mt"
+        return [_fake_record(pair, g, 1.4 if g["fallback"] == 0.9 else 2.0, 0.0 if g["fallback"] == 0.9 else -1.0,
+                             20 if lossless and g["fallback"] == 0.9 else 5) for g in grid]
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    answer = study.rq5(("toy-mt", "toy-sum"), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=20, limit=20,
+                       figures=str(tmp_path)).answer
+    mt, summ = answer.split("On toy-mt: ")[1].split(" On toy-sum: ")
+    assert "unaligned lossless (rb, fb) = (3.0, 0.9): 1.40x [1.35, 1.45] and 1.40x [1.35, 1.45]" in mt
+    assert "lossless" not in summ and "degraded (rb, fb) = (3.0, 0.5)" in summ
+    assert "-1.00 [-1.50, -0.50] ROUGE-L" in summ and "BLEU" in mt and "ROUGE-L" not in mt
 
 
 def test_figures_are_deterministic_and_written_whole(tmp_path):
@@ -264,7 +279,7 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path):
     import nbformat
 
     out = tmp_path / "runs"
-    params = {"limit": 2, "fallbacks": [0.5], "registry": str(tmp_path / "registry"),
+    params = {"pairs": ["toy-mt"], "limit": 2, "fallbacks": [0.5], "registry": str(tmp_path / "registry"),
               "figures": str(tmp_path / "figures")}
     (written,) = runner.run_study(notebooks=["rq1_small_writes_most"], overrides=params, out=out, progress=False)
     nb = nbformat.read(written, as_version=4)
