@@ -132,11 +132,24 @@ def test_a_policy_is_dominated_only_where_intervals_separate():
 
 
 def test_choose_takes_the_fastest_within_the_tolerance_or_lossless():
-    recs = [_rec(1.2, [1, 1.4], 0.0, [0, 0]), _rec(1.8, [1.6, 2], -0.9, [-2, 0], 7), _rec(2.5, [2, 3], -3, [-4, -2], 2)]
+    recs = [_rec(1.2, [1, 1.4], 0.0, [0, 0]), _rec(1.8, [1.6, 2], -0.9, [-1.0, 0], 7), _rec(2.5, [2, 3], -3, [-4, -2], 2)]
     assert summary.choose(recs, None) is recs[0]
     assert summary.choose(recs, 1.0) is recs[1]
+    assert summary.choose(recs, 0.99) is recs[0]  # the interval reaches 1 point below vanilla
     assert summary.choose(recs, 5.0) is recs[2]
     assert summary.choose(recs[1:], None) is None
+
+
+def test_choose_judges_the_interval_not_the_point():
+    """A policy that scores above vanilla by its point (it escapes one looping vanilla output) but whose interval
+    reaches far below is not 'within' the tolerance; a slower one whose interval stays within it is chosen."""
+    lossless = _rec(1.3, [1.25, 1.35], 0.0, [0.0, 0.0])
+    escapes_a_loop = _rec(1.5, [1.4, 1.6], +1.6, [-3.4, +9.5], 6)
+    tight = _rec(1.4, [1.35, 1.45], -0.3, [-0.9, +0.2], 8)
+    assert summary.within(tight, 1.0) and not summary.within(escapes_a_loop, 1.0)
+    assert summary.choose([lossless, escapes_a_loop, tight], 1.0) is tight
+    assert summary.choose([lossless, escapes_a_loop, tight], 0.2) is lossless
+    assert summary.choose([lossless, escapes_a_loop, tight], 5.0) is escapes_a_loop
     assert summary.fmt(1.234, [1.1, 1.3], "x") == "1.23x [1.10, 1.30]"
     assert summary.fmt(-0.5, [-1, 0.25], signed=True) == "-0.50 [-1.00, +0.25]"
     assert math.isclose(summary.LN2, math.log(2))
