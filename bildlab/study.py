@@ -157,7 +157,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                          "gap closed": sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], "%", 0)})
             pts.append({"speedup": 1 - r["summary"]["small_share"], "speedup_ci": [1 - r["summary"]["small_share"]] * 2,
                         "score": 100 * gap, "score_ci": [100 * gap_ci[0], 100 * gap_ci[1]],
-                        "label": f"fb {r['key']['policy']['fallback']:g}"})
+                        "label": f"fb {r['key']['policy']['fallback']:g}" if r is bild[0] or r is bild[-1] else ""})
         points[pair] = pts
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
         headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": gaps[id(mid)][0],

@@ -132,7 +132,8 @@ def test_a_policy_is_dominated_only_where_intervals_separate():
 
 
 def test_choose_takes_the_fastest_within_the_tolerance_or_lossless():
-    recs = [_rec(1.2, [1, 1.4], 0.0, [0, 0]), _rec(1.8, [1.6, 2], -0.9, [-1.0, 0], 7), _rec(2.5, [2, 3], -3, [-4, -2], 2)]
+    recs = [_rec(1.2, [1, 1.4], 0.0, [0, 0]), _rec(1.8, [1.6, 2], -0.9, [-1.0, 0], 7),
+            _rec(2.5, [2, 3], -3, [-4, -2], 2)]
     assert summary.choose(recs, None) is recs[0]
     assert summary.choose(recs, 1.0) is recs[1]
     assert summary.choose(recs, 0.99) is recs[0]  # the interval reaches 1 point below vanilla

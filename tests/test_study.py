@@ -144,7 +144,8 @@ def _fake_record(pair, entry, speed, delta, identical, n=20):
     """A record as the harness writes it, with made-up numbers (no model runs)."""
     e = {"method": "bild", "draft": "small", "fallback": 0.6, "rollback": 5.0, **entry}
     policy = {"fallback": e["fallback"], "rollback": e["rollback"], "max_small_steps": 10}
-    s = {"metric": "rougeL" if pair == "toy-sum" else "bleu", "examples": n, "score": 30.0 + delta, "score_ci": [29.0 + delta, 31.0 + delta],
+    s = {"metric": "rougeL" if pair == "toy-sum" else "bleu", "examples": n, "score": 30.0 + delta,
+         "score_ci": [29.0 + delta, 31.0 + delta],
          "baseline_score": 30.0, "baseline_score_ci": [29.0, 31.0], "delta": delta,
          "delta_ci": [0.0, 0.0] if identical == n else [delta - 0.5, min(delta + 0.5, 0)],
          "identical": identical / n, "identical_count": identical, "speedup": speed,
