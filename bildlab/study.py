@@ -410,15 +410,18 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     plots.save(fig, "rq5_main_table", figures)
     answers = []
     for pair, h in headline.items():
-        parts, metric = [], METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
-        for row in ROWS[1:]:
+        groups, metric = {}, METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
+        for row in ROWS[1:]:  # the rows of one small model that chose the same policy are reported once
             if row in h:
-                x = h[row]
-                loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
-                        f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} {metric}")
-                passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
-                parts.append(f"{row if row not in ('unaligned', 'aligned') else row + ' no loss'} (rb, fb) = "
-                             f"{x['policy']}: {passes_txt} ({loss})")
+                groups.setdefault((row.split()[0], h[row]["policy"]), []).append(row)
+        parts = []
+        for rows in groups.values():
+            x = h[rows[0]]
+            loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
+                    f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} {metric}")
+            passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
+            names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
+            parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
         answers.append(f"On {pair}: " + "; ".join(parts) + "." if parts else
                        f"On {pair} no BiLD policy qualifies on {val_split}.")
     answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (N = {n_test}; speedups of "
