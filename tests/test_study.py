@@ -190,7 +190,7 @@ def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch
 
     def sweep(pair, grid, **run):
         seen.append((run.get("split"), run.get("limit"), run.get("timing_pass", 1), len(grid)))
-        if run.get("split") == "validation":  # fb 0.9 is lossless and slow, fb 0.5 loses 0.6 [1.1, 0.1] and is fast
+        if run.get("split") == "validation":  # fb 0.9 is lossless and slow, fb 0.5 loses 0.6 [-1.1, -0.1] and is fast
             return [_fake_record(pair, g, 2.0 if g["fallback"] == 0.5 else 1.4, -0.6 if g["fallback"] == 0.5 else 0.0,
                                  5 if g["fallback"] == 0.5 else 20) for g in grid]
         return [_fake_record(pair, g, 1.9, -0.8, 6, n=300) for g in grid]
@@ -207,7 +207,7 @@ def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch
 
 
 def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
-    def sweep(pair, grid, **run):  # on toy-sum no policy is lossless; on toy-mt fb 0.9 is
+    def sweep(pair, grid, **run):  # on toy-mt fb 0.9 is lossless, on toy-sum no policy is
         lossless = pair == "toy-mt"
         return [_fake_record(pair, g, 1.4 if g["fallback"] == 0.9 else 2.0, 0.0 if g["fallback"] == 0.9 else -0.6,
                              20 if lossless and g["fallback"] == 0.9 else 5) for g in grid]
