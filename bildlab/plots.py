@@ -19,11 +19,17 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17
 
 
 def _figure(width: float = 6.4, height: float = 4.0):
+    fig, (ax,) = panels(1, width, height)
+    return fig, ax
+
+
+def panels(n: int, width: float = 6.4, height: float = 4.0):
+    """A figure of `n` panels stacked vertically (one per task: each has its own metric) and its axes, as a list."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(width, height))
+    fig, axes = plt.subplots(n, 1, figsize=(width, height * n), squeeze=False)
     plt.close(fig)  # shown where the notebook displays it, not again at the end of the cell
-    return fig, ax
+    return fig, list(axes[:, 0])
 
 
 def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
@@ -56,10 +62,11 @@ def _finish(ax, fig, title: str, legend: bool = True):
 def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float | None = None,
                   front: list[dict] | None = None, title: str = "", annotate: bool = True,
                   xlabel: str = "speedup over the vanilla large model (x)", reference: float | None = 1.0,
-                  xlim: tuple[float, float] | None = None):
+                  xlim: tuple[float, float] | None = None, ax=None):
     """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup, speedup_ci,
-    score, score_ci and an optional label; the Pareto front (points) is joined by a dashed line."""
-    fig, ax = _figure()
+    score, score_ci and an optional label; the points not dominated are ringed. Drawn into `ax` (a panel of
+    `panels`) when given, else into a figure of its own; returns the figure."""
+    fig, ax = _figure() if ax is None else (ax.figure, ax)
     for color, (name, pts) in zip(COLORS, series.items()):
         if not pts:
             continue

@@ -41,7 +41,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     import yaml
     from tqdm.auto import tqdm
 
-    from .study import check_params
+    from .params import check_params
 
     known = notebook_names()
     chosen = notebooks or known

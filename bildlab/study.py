@@ -139,7 +139,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     tokens, over fallback thresholds, with the small model alone and the large model alone as anchors: how much of
     the small-to-large quality gap BiLD closes."""
     rows, points, records, headline = [], {}, [], {}
-    for pair in pairs:
+    for pair in _pairs(pairs):
         grid = [{"method": "small"}] + [{"fallback": f, "rollback": rollback} for f in fallbacks]
         recs = ev.sweep(pair, grid, **run)
         records += recs
@@ -210,86 +210,103 @@ def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
     return value, (lo, hi)
 
 
-def rq2(pair: str = "toy-mt", *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
+def _pairs(pairs) -> list[str]:
+    """`pairs` as a list: one pair's name or a non-empty sequence of names."""
+    if isinstance(pairs, str):
+        return [pairs]
+    if not isinstance(pairs, (list, tuple)) or not pairs or not all(isinstance(p, str) for p in pairs):
+        raise TypeError(f"pairs must be a pair's name or a non-empty list of names; got {pairs!r}")
+    return list(pairs)
+
+
+def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ2: what do the fallback and rollback policies each contribute? alpha_FB x alpha_RB over the paper's
     ranges, the speed-quality Pareto front (a policy is dominated only where intervals separate), and the two
-    ablations (fallback only: no rollback; rollback only: no fallback). Rollback thresholds below ln 2 are lossless
-    by construction (every disagreement is rolled back), so the trade-off lives above it."""
+    ablations (fallback only: no rollback; rollback only: no fallback), per pair. Rollback thresholds below ln 2 are
+    lossless by construction (every disagreement is rolled back), so the trade-off lives above it."""
+    pairs = _pairs(pairs)
     kinds = {"fallback + rollback": _grid(fallbacks, rollbacks), "fallback only": _grid(fallbacks, [INF]),
              "rollback only": _grid([0.0], rollbacks)}
     flat = [g for grid in kinds.values() for g in grid]
-    records = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
-    by_kind, i = {}, 0
-    for kind, grid in kinds.items():
-        by_kind[kind] = records[i: i + len(grid)]
-        i += len(grid)
-    front = sm.pareto(records)
-    rows = [{"policy": kind, "thresholds": _policy(r), **_cells(r), "on the front": any(r is f for f in front)}
-            for kind, recs in by_kind.items() for r in recs]
-    s0 = records[0]["summary"]
-    metric = METRIC_NAMES[s0["metric"]]
-    best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
-    fig = plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
-                               for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
-                              front=[_point(r) for r in front],
-                              title=f"{pair}: fallback x rollback ({val_split}, N = {s0['examples']})")
+    fig, axes = plots.panels(len(pairs))
+    rows, records, headline, answers = [], [], {}, []
+    for pair, ax in zip(pairs, axes):
+        val = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
+        by_kind, i = {}, 0
+        for kind, grid in kinds.items():
+            by_kind[kind] = val[i: i + len(grid)]
+            i += len(grid)
+        front = sm.pareto(val)
+        rows += [{"pair": pair, "policy": kind, "thresholds": _policy(r), **_cells(r),
+                  "on the front": any(r is f for f in front)} for kind, recs in by_kind.items() for r in recs]
+        s0 = val[0]["summary"]
+        metric = METRIC_NAMES[s0["metric"]]
+        best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
+        plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
+                             for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
+                            front=[_point(r) for r in front], ax=ax,
+                            title=f"{pair}: fallback x rollback ({val_split}, N = {s0['examples']})")
+        both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
+        test = _on_test(pair, best, **run)
+        vs = {kind: _compare_speed(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
+              for kind in ("fallback only", "rollback only")}
+        n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
+        answers.append(f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
+                       f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
+                       + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
+                       + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
+                       f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not "
+                       f"dominated where intervals separate ({both} of them use both).")
+        headline[pair] = {"front": len(front), "policies": len(val),
+                          "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
+        records += val + [t for t in test.values() if t]
     plots.save(fig, "rq2_policies", figures)
-    both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
-    test = _on_test(pair, best, **run)
-    vs = {kind: _compare_speed(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
-          for kind in ("fallback only", "rollback only")}
-    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
-    answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
-              f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
-              + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
-              + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
-              f"{vs['rollback only']}. On {val_split}, "
-              f"{len(front)} of {len(records)} policies are not dominated where intervals separate "
-              f"({both} of them use both).")
-    headline = {"front": len(front), "policies": len(records),
-                "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
-    return Result("RQ2", _frame(rows), fig, answer, headline, records + [t for t in test.values() if t])
+    return Result("RQ2", _frame(rows), fig, " ".join(answers), headline, records)
 
 
-def _drafts(pair, drafts: dict[str, str], grid, name, title, figures, tolerance, val_split, val_limit,
-            **run) -> Result:
-    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table,
-    both fronts; each draft's fastest policy within the tolerance, reported on test."""
+def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, ax, **run) -> dict:
+    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table
+    rows, both fronts drawn into `ax`; each draft's fastest policy within the tolerance, reported on test."""
     flat = [{**g, "draft": d} for d in drafts for g in grid]
     recs = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
     by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
-    rows = [{"draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items() for r in rs]
+    rows = [{"pair": pair, "draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items()
+            for r in rs]
     s0 = recs[0]["summary"]
     best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
-    fig = plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
-                                                    for r in sm.pareto(rs)]
-                               for label, rs in by.items()}, metric=METRIC_NAMES[s0["metric"]],
-                              baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})")
-    plots.save(fig, name, figures)
+    plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
+                                              for r in sm.pareto(rs)]
+                         for label, rs in by.items()}, metric=METRIC_NAMES[s0["metric"]],
+                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
     test = _on_test(pair, best, **run)
-    return Result(name, _frame(rows), fig, "", {"best": test, "by": by, "validation_n": s0["examples"]},
-                  recs + [t for t in test.values() if t])
+    return {"rows": rows, "best": test, "by": by, "validation_n": s0["examples"],
+            "records": recs + [t for t in test.values() if t]}
 
 
-def rq3(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
+def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
-    with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals."""
-    result = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks), "rq3_alignment",
-                     f"{pair}: aligned vs unaligned small model", figures, tolerance, val_split, val_limit, **run)
-    best = result.headline["best"]
-    agree = _agreement(pair)
-    result.answer = (f"Agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
-                     f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
-                     f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
-                     f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: aligned "
-                     f"{_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
-                     f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
-    result.headline = {"agreement": agree, "speedup_within_tolerance": {
-        k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
-    result.name = "RQ3"
-    return result
+    with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals, per
+    pair."""
+    pairs = _pairs(pairs)
+    fig, axes = plots.panels(len(pairs))
+    rows, records, headline, answers = [], [], {}, []
+    for pair, ax in zip(pairs, axes):
+        d = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks),
+                    f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, ax, **run)
+        best, agree = d["best"], _agreement(pair)
+        rows, records = rows + d["rows"], records + d["records"]
+        answers.append(f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): "
+                       f"unaligned {agree.get('unaligned', float('nan')):.1%}, aligned "
+                       f"{agree.get('aligned', float('nan')):.1%}. Fastest within {tolerance:g} point of vanilla on "
+                       f"{val_split} (N = {d['validation_n']}), reported on {run.get('split', 'test')}: aligned "
+                       f"{_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
+                       f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
+        headline[pair] = {"agreement": agree, "speedup_within_tolerance": {
+            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+    plots.save(fig, "rq3_alignment", figures)
+    return Result("RQ3", _frame(rows), fig, " ".join(answers), headline, records)
 
 
 def _agreement(pair: str) -> dict:
@@ -304,27 +321,30 @@ def _agreement(pair: str) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def rq4(pair: str = "toy-mt", *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
+def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ4: BiLD with an early exit of the large model as the draft, against a separate small model; each draft's
-    cost ratio c and acceptance."""
-    result = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
-                     "rq4_early_exit", f"{pair}: early-exit draft vs separate small model", figures, tolerance,
-                     val_split, val_limit, **run)
-    best, by = result.headline["best"], result.headline["by"]
-    costs = {label: round(sum(cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
-    accept = {label: round(sum(acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
-    result.answer = (f"Fastest within {tolerance:g} point of vanilla on {val_split} (N = "
-                     f"{result.headline['validation_n']}), reported on {run.get('split', 'test')}: early "
-                     f"exit {_speed(best['early exit'])}, separate small {_speed(best['separate small'])}: "
-                     f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
-                     f"Cost ratio c (draft step / large "
-                     f"step): early exit {costs['early exit']}, separate small {costs['separate small']}; acceptance "
-                     f"{accept['early exit']} vs {accept['separate small']}.")
-    result.headline = {"cost_ratio": costs, "acceptance": accept,
-                       "speedup_within_tolerance": {k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
-    result.name = "RQ4"
-    return result
+    cost ratio c and acceptance, per pair."""
+    pairs = _pairs(pairs)
+    fig, axes = plots.panels(len(pairs))
+    rows, records, headline, answers = [], [], {}, []
+    for pair, ax in zip(pairs, axes):
+        d = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
+                    f"{pair}: early-exit draft vs separate small model", tolerance, val_split, val_limit, ax, **run)
+        best, by = d["best"], d["by"]
+        rows, records = rows + d["rows"], records + d["records"]
+        costs = {label: round(sum(sm.cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
+        accept = {label: round(sum(sm.acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
+        answers.append(f"On {pair}, fastest within {tolerance:g} point of vanilla on {val_split} (N = "
+                       f"{d['validation_n']}), reported on {run.get('split', 'test')}: early exit "
+                       f"{_speed(best['early exit'])}, separate small {_speed(best['separate small'])}: "
+                       f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}"
+                       f". Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
+                       f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
+        headline[pair] = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {
+            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+    plots.save(fig, "rq4_early_exit", figures)
+    return Result("RQ4", _frame(rows), fig, " ".join(answers), headline, records)
 
 
 ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "aligned lossless", "aligned",
@@ -342,7 +362,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
     grid = _grid(fallbacks, rollbacks)
     table, records, headline, speed_series, speed_cis = [], [], {}, {}, {}
-    for pair in pairs:
+    for pair in _pairs(pairs):
         flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
         val = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
         records += val
@@ -432,35 +452,6 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     return Result("RQ5", frame, fig, answer, headline, records)
 
 
-def expected_speedup(a: float, k: int, c: float) -> float:
-    """Leviathan et al.: expected wall-time improvement with acceptance rate a, draft length k, cost ratio c."""
-    if a >= 1.0:
-        return (k + 1) / (k * c + 1)
-    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
-
-
-def expected_tokens_per_call(a: float, k: int) -> float:
-    """Expected tokens per target call: (1 - a^(k+1)) / (1 - a)."""
-    return k + 1.0 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
-
-
-def acceptance(record: dict) -> float:
-    """Per-token acceptance rate a: accepted drafted tokens over the tokens judged (each verification judges its
-    drafted tokens up to and including the first rejection) - the estimate that the i.i.d. model assumes."""
-    rows = [e["stats"] for e in record["examples"]]
-    accepted = sum(r["accepted"] for r in rows)
-    return accepted / max(accepted + sum(r["rollbacks"] for r in rows), 1)
-
-
-def cost_ratio(record: dict) -> float:
-    """c = time of one draft step / time of one target step, from the record's own timings: the small model's
-    seconds per call over the vanilla large model's seconds per generated token."""
-    rows = record["examples"]
-    small = sum(e["stats"]["small_seconds"] for e in rows) / max(sum(e["stats"]["small_calls"] for e in rows), 1)
-    large = sum(e["baseline_seconds"] for e in rows) / max(sum(e["baseline_tokens"] for e in rows), 1)
-    return small / large
-
-
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
                 bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pair: str | None = "toy-mt",
                 figures="figures", **run) -> Result:
@@ -478,12 +469,12 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     rows = []
     for mode, group in (("greedy vs greedy", greedy), (f"sampling (T={temperature:g}) vs sampling", sampled)):
         for k, rec in zip(ks, group):
-            a, c = acceptance(rec), cost_ratio(rec)
+            a, c = sm.acceptance(rec), sm.cost_ratio(rec)
             rows.append({"pair": pair, "mode": mode, "k": k, "acceptance a": round(a, 3), "cost ratio c": round(c, 3),
                          "tokens / large call": rec["summary"]["mean_accepted"],
-                         "expected tokens / call": round(expected_tokens_per_call(a, k), 3),
+                         "expected tokens / call": round(sm.expected_tokens_per_call(a, k), 3),
                          "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
-                         "expected speedup": round(expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
+                         "expected speedup": round(sm.expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
                          "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
     for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
         rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec),
@@ -503,7 +494,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
         series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
         cis[f"{mode}: measured"] = [r["summary"]["speedup_ci"] for r in group]
-        series[f"{mode}: expected"] = [expected_speedup(acceptance(r), k, cost_ratio(r)) for r, k in zip(group, ks)]
+        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r)) for r, k in zip(group, ks)]
     series["transformers assisted (greedy): measured"] = [r["summary"]["speedup"] for r in assisted]
     cis["transformers assisted (greedy): measured"] = [r["summary"]["speedup_ci"] for r in assisted]
     fig = plots.lines(list(ks), series, cis=cis, reference=1.0, xlabel="draft length k",
@@ -524,82 +515,3 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
               f"{_speed(bild)}.")
     headline = {"best_k": best["key"]["policy"]["k"], "identical": identical, "outputs": total}
     return Result("speculative pipeline", table, fig, answer, headline, recs + ref)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Parameters of the notebooks: checked before anything loads
-
-
-def check_params(params: dict, allowed: set | None = None) -> None:
-    """Validate notebook parameters (a papermill -p value or a YAML file): unknown names, unknown pairs / splits /
-    devices and out-of-range thresholds fail with a message naming the parameter."""
-    from .decoding import check_policy
-    from .models import PAIRS
-    from .tasks import SPLITS
-
-    if allowed is not None:
-        unknown = sorted(set(params) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; this notebook takes: "
-                             f"{', '.join(sorted(allowed))}")
-
-    def as_list(name):
-        value = params[name]
-        return list(value) if isinstance(value, (list, tuple)) else [value]
-
-    for name in params:
-        if name in ("pair", "pairs", "reference_pair"):
-            for p in as_list(name):
-                if p is None and name == "reference_pair":
-                    continue
-                if p not in PAIRS:
-                    raise ValueError(f"{name}: unknown pair {p!r}; known pairs: {', '.join(PAIRS)}")
-        elif name in ("fallback", "fallbacks", "bild_fallback"):
-            for f in as_list(name):
-                try:
-                    check_policy("bild", fallback=f)
-                except ValueError as e:
-                    raise ValueError(f"{name}: {e}") from None
-        elif name in ("rollback", "rollbacks", "bild_rollback"):
-            for r in as_list(name):
-                try:
-                    check_policy("bild", rollback=float(r) if isinstance(r, str) else r)
-                except (ValueError, TypeError) as e:
-                    raise ValueError(f"{name}: {e}") from None
-        elif name in ("k", "ks"):
-            for k in as_list(name):
-                if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                    raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
-        elif name in ("limit", "val_limit"):
-            v = params[name]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
-        elif name == "rollback_rule":
-            try:
-                check_policy("bild", rollback_rule=params[name])
-            except ValueError as e:
-                raise ValueError(f"rollback_rule: {e}") from None
-        elif name in ("executor", "shard_size"):
-            from .distributed import check
-
-            check(params.get("executor", "local"), params.get("shard_size"))
-        elif name == "max_new_tokens":
-            v = params[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"max_new_tokens must be an integer >= 1; got {v!r}")
-        elif name in ("passes", "threads", "repeats"):
-            v = params[name]
-            if (isinstance(v, bool) or not isinstance(v, int) or v < 1) and not (name == "threads" and v is None):
-                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-        elif name in ("split", "val_split") and params[name] not in SPLITS:
-            raise ValueError(f"{name} must be one of {', '.join(SPLITS)}; got {params[name]!r}")
-        elif name in ("tolerance", "degraded_tolerance"):
-            v = params[name]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"{name} must be a number >= 0; got {v!r}")
-        elif name == "temperature":
-            v = params[name]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"temperature must be a number > 0; got {v!r}")
-        elif name == "device" and not str(params[name]).startswith(("cpu", "cuda")):
-            raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {params[name]!r}")

@@ -156,3 +156,32 @@ def pareto(records: list[dict]) -> list[dict]:
     """The records that no other record dominates (intervals separate), by increasing speedup."""
     front = [r for r in records if not any(dominates(o, r) for o in records if o is not r)]
     return sorted(front, key=lambda r: r["summary"]["speedup"])
+
+
+def expected_speedup(a: float, k: int, c: float) -> float:
+    """Leviathan et al.: expected wall-time improvement with acceptance rate a, draft length k, cost ratio c."""
+    if a >= 1.0:
+        return (k + 1) / (k * c + 1)
+    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
+
+
+def expected_tokens_per_call(a: float, k: int) -> float:
+    """Expected tokens per target call: (1 - a^(k+1)) / (1 - a)."""
+    return k + 1.0 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def acceptance(record: dict) -> float:
+    """Per-token acceptance rate a: accepted drafted tokens over the tokens judged (each verification judges its
+    drafted tokens up to and including the first rejection) - the estimate that the i.i.d. model assumes."""
+    rows = [e["stats"] for e in record["examples"]]
+    accepted = sum(r["accepted"] for r in rows)
+    return accepted / max(accepted + sum(r["rollbacks"] for r in rows), 1)
+
+
+def cost_ratio(record: dict) -> float:
+    """c = time of one draft step / time of one target step, from the record's own timings: the small model's
+    seconds per call over the vanilla large model's seconds per generated token."""
+    rows = record["examples"]
+    small = sum(e["stats"]["small_seconds"] for e in rows) / max(sum(e["stats"]["small_calls"] for e in rows), 1)
+    large = sum(e["baseline_seconds"] for e in rows) / max(sum(e["baseline_tokens"] for e in rows), 1)
+    return small / large

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from bildlab import plots, runner, study
+from bildlab import plots, runner, study, summary
+from bildlab.params import check_params
 
 
 @pytest.mark.parametrize("params, words", [
@@ -23,15 +24,15 @@ from bildlab import plots, runner, study
 ])
 def test_bad_parameters_are_named(params, words):
     with pytest.raises(ValueError) as info:
-        study.check_params(params)
+        check_params(params)
     for w in words:
         assert w in str(info.value)
 
 
 def test_unknown_parameter_names_are_rejected():
     with pytest.raises(ValueError, match="unknown parameter.*fallbak.*this notebook takes"):
-        study.check_params({"fallbak": 0.5}, allowed={"fallback", "rollback"})
-    study.check_params({"fallback": 0.5, "rollback": float("inf")}, allowed={"fallback", "rollback"})
+        check_params({"fallbak": 0.5}, allowed={"fallback", "rollback"})
+    check_params({"fallback": 0.5, "rollback": float("inf")}, allowed={"fallback", "rollback"})
 
 
 def test_run_study_checks_every_notebook_before_running_any(monkeypatch, tmp_path):
@@ -116,16 +117,16 @@ def test_every_notebook_has_one_parameters_cell_and_paper_params_are_valid():
         assert len(tagged) == 1, name
         assert book.cells[0].cell_type == "markdown" and book.cells[0].source.startswith("# ")
         allowed = set(papermill.inspect_notebook(str(runner.NOTEBOOKS / f"{name}.ipynb")))
-        study.check_params(runner.profile_params("paper", name), allowed)
+        check_params(runner.profile_params("paper", name), allowed)
 
 
 def test_expected_speedup_formula():
-    assert study.expected_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
-    assert study.expected_speedup(1.0, 4, 0.0) == 5
-    assert study.expected_speedup(0.999999, 3, 0.2) == pytest.approx(4 / 1.6, rel=1e-4)
+    assert summary.expected_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert summary.expected_speedup(1.0, 4, 0.0) == 5
+    assert summary.expected_speedup(0.999999, 3, 0.2) == pytest.approx(4 / 1.6, rel=1e-4)
     a, k, c = 0.8, 4, 0.05
-    assert study.expected_speedup(a, k, c) == pytest.approx((1 - a ** 5) / ((1 - a) * (k * c + 1)))
-    assert study.expected_tokens_per_call(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
+    assert summary.expected_speedup(a, k, c) == pytest.approx((1 - a ** 5) / ((1 - a) * (k * c + 1)))
+    assert summary.expected_tokens_per_call(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
 
 
 def test_acceptance_estimate_recovers_a_geometric_rate():
@@ -137,7 +138,7 @@ def test_acceptance_estimate_recovers_a_geometric_rate():
         while n < k and rng.random() < a:
             n += 1
         rows.append({"stats": {"accepted": n, "rollbacks": int(n < k)}})
-    assert study.acceptance({"examples": rows}) == pytest.approx(a, abs=0.02)
+    assert summary.acceptance({"examples": rows}) == pytest.approx(a, abs=0.02)
 
 
 def _fake_record(pair, entry, speed, delta, identical, n=20):
@@ -174,6 +175,25 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
         assert "nan" not in answer
     assert "no BiLD policy qualifies on validation" in study.rq5(("toy-mt",), **grid).answer
     assert "none" in study.rq2("toy-mt", **grid).answer
+    with pytest.raises(TypeError, match="pairs"):
+        study.rq2(["toy-mt", 3], **grid)
+
+
+@pytest.mark.parametrize("name", ["rq2", "rq3", "rq4"])
+def test_rq2_to_rq4_answer_for_every_pair_with_its_metric(monkeypatch, tmp_path, name):
+    def sweep(pair, grid, **run):  # toy-sum's policies all lose 5 points; toy-mt's are lossless
+        return [_fake_record(pair, g, 1.5, -5.0 if pair == "toy-sum" else 0.0, 3 if pair == "toy-sum" else 20)
+                for g in grid]
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    result = getattr(study, name)(["toy-mt", "toy-sum"], fallbacks=[0.5], rollbacks=[3.0], figures=str(tmp_path))
+    mt, summ = result.answer.split("On toy-mt")[1].split("On toy-sum")
+    assert "lossless" in mt and "none" not in mt
+    assert "lossless" not in summ and "none" in summ and "not comparable" in summ
+    assert list(result.headline) == ["toy-mt", "toy-sum"]
+    assert sorted(set(result.table["pair"])) == ["toy-mt", "toy-sum"]
+    assert "ROUGE-L" in set(result.table.columns) and "BLEU" in set(result.table.columns)
+    assert [ax.get_ylabel() for ax in result.figure.axes] == ["BLEU", "ROUGE-L"]  # one panel per pair
 
 
 def test_overlapping_intervals_read_as_no_detectable_difference():
@@ -235,7 +255,7 @@ def test_figures_are_deterministic_and_written_whole(tmp_path):
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in second] == digests
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.pdf", "fig.png"]
     assert b"CreationDate" not in (tmp_path / "fig.pdf").read_bytes()
-    assert not math.isnan(study.expected_speedup(0.5, 2, 0.1))
+    assert not math.isnan(summary.expected_speedup(0.5, 2, 0.1))
 
 
 def test_importing_the_package_leaves_matplotlibs_backend_alone():
@@ -270,7 +290,7 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
                                            ({"rollback_rule": "last"}, ["rollback_rule", "first-above"])])
 def test_new_parameters_are_checked(params, words):
     with pytest.raises(ValueError) as info:
-        study.check_params(params)
+        check_params(params)
     for w in words:
         assert w in str(info.value)
 

@@ -1,0 +1,79 @@
+"""The notebooks' parameters, checked before anything loads: a papermill `-p` value or a YAML file with an unknown
+name, an unknown pair, split or device, or an out-of-range threshold fails with a message naming the parameter."""
+
+from __future__ import annotations
+
+
+def check_params(params: dict, allowed: set | None = None) -> None:
+    """Validate notebook parameters (a papermill -p value or a YAML file): unknown names, unknown pairs / splits /
+    devices and out-of-range thresholds fail with a message naming the parameter."""
+    from .decoding import check_policy
+    from .models import PAIRS
+    from .tasks import SPLITS
+
+    if allowed is not None:
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; this notebook takes: "
+                             f"{', '.join(sorted(allowed))}")
+
+    def as_list(name):
+        value = params[name]
+        return list(value) if isinstance(value, (list, tuple)) else [value]
+
+    for name in params:
+        if name in ("pair", "pairs", "reference_pair"):
+            for p in as_list(name):
+                if p is None and name == "reference_pair":
+                    continue
+                if p not in PAIRS:
+                    raise ValueError(f"{name}: unknown pair {p!r}; known pairs: {', '.join(PAIRS)}")
+        elif name in ("fallback", "fallbacks", "bild_fallback"):
+            for f in as_list(name):
+                try:
+                    check_policy("bild", fallback=f)
+                except ValueError as e:
+                    raise ValueError(f"{name}: {e}") from None
+        elif name in ("rollback", "rollbacks", "bild_rollback"):
+            for r in as_list(name):
+                try:
+                    check_policy("bild", rollback=float(r) if isinstance(r, str) else r)
+                except (ValueError, TypeError) as e:
+                    raise ValueError(f"{name}: {e}") from None
+        elif name in ("k", "ks"):
+            for k in as_list(name):
+                if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                    raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
+        elif name in ("limit", "val_limit"):
+            v = params[name]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
+        elif name == "rollback_rule":
+            try:
+                check_policy("bild", rollback_rule=params[name])
+            except ValueError as e:
+                raise ValueError(f"rollback_rule: {e}") from None
+        elif name in ("executor", "shard_size"):
+            from .distributed import check
+
+            check(params.get("executor", "local"), params.get("shard_size"))
+        elif name == "max_new_tokens":
+            v = params[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"max_new_tokens must be an integer >= 1; got {v!r}")
+        elif name in ("passes", "threads", "repeats"):
+            v = params[name]
+            if (isinstance(v, bool) or not isinstance(v, int) or v < 1) and not (name == "threads" and v is None):
+                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+        elif name in ("split", "val_split") and params[name] not in SPLITS:
+            raise ValueError(f"{name} must be one of {', '.join(SPLITS)}; got {params[name]!r}")
+        elif name in ("tolerance", "degraded_tolerance"):
+            v = params[name]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{name} must be a number >= 0; got {v!r}")
+        elif name == "temperature":
+            v = params[name]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"temperature must be a number > 0; got {v!r}")
+        elif name == "device" and not str(params[name]).startswith(("cpu", "cuda")):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {params[name]!r}")
