@@ -98,6 +98,16 @@ def _encoder_decoder(pair: str) -> bool:
     return not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("llama"))
 
 
+def per_pair(value, pair: str, name: str):
+    """A run argument given per pair ({pair: value}, e.g. a test size per task) resolved for `pair`; any other value
+    is returned as it is."""
+    if not isinstance(value, dict):
+        return value
+    if pair not in value:
+        raise ValueError(f"{name} gives no value for pair {pair!r}; it has: {', '.join(map(str, value))}")
+    return value[pair]
+
+
 def check_run(pair: str, task: str, split: str, limit, max_new_tokens, seed, hf_baseline, timing_pass) -> None:
     """The arguments shared by the policies of a sweep, checked before any model loads."""
     if pair not in PAIRS:
@@ -107,7 +117,7 @@ def check_run(pair: str, task: str, split: str, limit, max_new_tokens, seed, hf_
     if split not in tasks.SPLITS:
         raise ValueError(f"split must be one of {', '.join(tasks.SPLITS)}; got {split!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be None or an integer >= 1; got {limit!r}")
+        raise ValueError(f"limit must be None, an integer >= 1 or a dict of them per pair; got {limit!r}")
     check_policy("greedy", max_new_tokens=max_new_tokens)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int; got {seed!r}")
@@ -194,6 +204,7 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
     `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port" fan them out in shards
     of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same records."""
     task = task or (task_of(pair) if pair in PAIRS else None)
+    limit = per_pair(limit, pair, "limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
         raise ValueError(f"grid must be a non-empty list of policy dicts; got {grid!r}")
     check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
@@ -218,7 +229,7 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
     todo = [i for i, rec in enumerate(found) if rec is None]
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
     if plan.active():  # `bildlab study --plan`: note what would run, run nothing
-        n = _size(task, split, limit)
+        n, todo = _size(task, split, limit), plan.unplanned(keys, todo)
         return plan.record(pair, task, split, n, todo, len(runner_names([entries[i] for i in todo], hf_baseline)),
                            keys)
     if todo:

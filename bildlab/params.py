@@ -46,8 +46,11 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                     raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
         elif name in ("limit", "val_limit"):
             v = params[name]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be None or an integer >= 1; got {v!r}")
+            for pair, n in (v.items() if isinstance(v, dict) else [(None, v)]):
+                if pair is not None and pair not in PAIRS:
+                    raise ValueError(f"{name}: unknown pair {pair!r}; known pairs: {', '.join(PAIRS)}")
+                if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                    raise ValueError(f"{name} must be None, an integer >= 1 or a dict of them per pair; got {v!r}")
         elif name == "rollback_rule":
             try:
                 check_policy("bild", rollback_rule=params[name])

@@ -11,18 +11,21 @@ Where a policy is chosen from measured numbers (RQ5's rows), the plan counts the
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 
 # Seconds per decode of the vanilla large model at batch 1, the unit of the estimate (a policy's decode is counted as
 # one vanilla decode: an upper bound for BiLD and speculative decoding). CNN/DM: 37,872 s for 13,368 validation
 # examples on a T4 in a public reproduction (2.83 s); the others scaled from it by their typical output length (about
-# 55 tokens for CNN/DM, 25 for XSum, 30 for the translations). Toy tasks: this package's CPU timings, 1 thread.
+# 55 tokens for CNN/DM, 25 for XSum, 30 for the translations). Toy tasks: the vanilla T5's mean timed seconds per
+# decode in the committed toy records (1 thread, two study processes on 2 cores): 0.249 (toy-mt), 0.331 (toy-sum).
 SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5, "wmt14-de-en": 1.6,
-                      "toy-mt": 0.08, "toy-sum": 1.0}
+                      "toy-mt": 0.25, "toy-sum": 0.33}
 FUNCTIONS = {"rq1_small_writes_most": "rq1", "rq2_policies": "rq2", "rq3_alignment": "rq3",
              "rq4_early_exit": "rq4", "rq5_main_table": "rq5", "speculative_pipeline": "speculative"}
 
 _SWEEPS: list[dict] | None = None
+_PLANNED: set[str] | None = None  # the keys of the records this plan already counts
 
 
 def active() -> bool:
@@ -32,12 +35,20 @@ def active() -> bool:
 @contextlib.contextmanager
 def planning():
     """Collect the sweeps that `evaluate.sweep` is asked for (yielded list) instead of running them."""
-    global _SWEEPS
-    before, _SWEEPS = _SWEEPS, []
+    global _SWEEPS, _PLANNED
+    before, (_SWEEPS, _PLANNED) = (_SWEEPS, _PLANNED), ([], set())
     try:
         yield _SWEEPS
     finally:
-        _SWEEPS = before
+        _SWEEPS, _PLANNED = before
+
+
+def unplanned(keys: list[dict], todo: list[int]) -> list[int]:
+    """The policies of `todo` whose record no earlier sweep of this plan makes (notebooks share sweeps: RQ3, RQ4 and
+    RQ5 sweep the same validation grid); they are counted from now on."""
+    fresh = [i for i in todo if json.dumps(keys[i], sort_keys=True, default=str) not in _PLANNED]
+    _PLANNED.update(json.dumps(keys[i], sort_keys=True, default=str) for i in fresh)
+    return fresh
 
 
 def record(pair: str, task: str, split: str, n: int, todo: list[dict], runners: int, keys: list[dict]) -> list[dict]:
@@ -65,19 +76,22 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
     from .runner import NOTEBOOKS, notebook_defaults, notebook_names, profile_params
 
     rows = []
-    for name in notebooks or notebook_names():
-        params = {**notebook_defaults(name), **profile_params(profile, name), **(overrides or {})}
-        if profile != "toy":
-            params["registry"] = (overrides or {}).get("registry", f"../results/{profile}")
-        params["registry"] = str((NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
-        params.pop("figures", None)
-        first = params.pop("pairs", None) or params.pop("pair")
-        with planning() as sweeps, tempfile.TemporaryDirectory() as figures:
+    with planning() as every, tempfile.TemporaryDirectory() as figures:  # one plan: a shared record counts once
+        for name in notebooks or notebook_names():
+            params = {**notebook_defaults(name), **profile_params(profile, name), **(overrides or {})}
+            if profile != "toy":
+                params["registry"] = (overrides or {}).get("registry", f"../results/{profile}")
+            params["registry"] = str((NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
+            params.pop("figures", None)
+            first = params.pop("pairs", None) or params.pop("pair")
+            start = len(every)
             getattr(study, FUNCTIONS[name])(first, figures=figures, **{**params, "progress": False})
+            rows.append({"notebook": name, "sweeps_detail": every[start:]})
+    for row in rows:
+        sweeps = row["sweeps_detail"]
         decodes = sum(s["decodes"] for s in sweeps)
         seconds = sum(s["decodes"] * SECONDS_PER_DECODE.get(s["task"], 1.0) for s in sweeps)
-        rows.append({"notebook": name, "sweeps": len(sweeps), "decodes": decodes, "hours": round(seconds / 3600, 2),
-                     "sweeps_detail": sweeps})
+        row.update(sweeps=len(sweeps), decodes=decodes, hours=round(seconds / 3600, 2))
     return rows
 
 
@@ -88,7 +102,7 @@ def format_plan(rows: list[dict], profile: str) -> str:
         lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>15,} {r['hours']:>30.2f}")
         for s in r["sweeps_detail"]:
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
-                         f"({s['to_run']} without a record) -> {s['decodes']:,} decodes")
+                         f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes")
     lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>15,} "
                  f"{sum(r['hours'] for r in rows):>30.2f}")
     return "\n".join(lines)

@@ -78,7 +78,8 @@ def _cells(record: dict) -> dict:
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
             "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
             "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
-            "large-model share": round(1 - s["small_share"], 3), "tokens / large call": s["mean_accepted"],
+            "large-model share": None if s["small_share"] is None else round(1 - s["small_share"], 3),
+            "tokens / large call": s["mean_accepted"],
             "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}"}
 
 
@@ -138,13 +139,14 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     """RQ1: can the small model write most of the text? Quality and speed against the large model's share of the
     tokens, over fallback thresholds, with the small model alone and the large model alone as anchors: how much of
     the small-to-large quality gap BiLD closes."""
-    rows, points, records, headline = [], {}, [], {}
+    rows, points, records, headline, sizes = [], {}, [], {}, {}
     for pair in _pairs(pairs):
         grid = [{"method": "small"}] + [{"fallback": f, "rollback": rollback} for f in fallbacks]
         recs = ev.sweep(pair, grid, **run)
         records += recs
         small, bild = recs[0], recs[1:]
         s0 = small["summary"]
+        sizes[pair] = s0["examples"]
         rows.append({"pair": pair, "policy": "large model alone (vanilla)", "N": s0["examples"],
                      METRIC_NAMES[s0["metric"]]: sm.fmt(s0["baseline_score"], s0["baseline_score_ci"]),
                      "large-model share": 1.0, "gap closed": "100%"})
@@ -167,8 +169,8 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
         {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]
     fig = plots.speed_quality(points, metric="small-to-large quality gap closed (%)", baseline=100.0,
-                              title=f"BiLD over fallback thresholds (rollback {rollback:g}), "
-                                    f"N = {records[0]['summary']['examples']}",
+                              title=f"BiLD over fallback thresholds (rollback {rollback:g}), N = "
+                                    + ", ".join(f"{n} ({pair})" for pair, n in sizes.items()),
                               xlabel="large model's share of the output tokens", reference=None, xlim=(-0.05, 1.05))
     plots.save(fig, "rq1_token_share", figures)
     parts = []
@@ -423,10 +425,12 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                    for r in ROWS[1:]]
             speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
                                 for r in ROWS[1:]]
-    n_test = next((h["examples"] for hp in headline.values() for h in hp.values() if "examples" in h), None)
+    n_test = {pair: next((h["examples"] for h in hp.values() if "examples" in h), None)
+              for pair, hp in headline.items()}
     fig = plots.bars(list(ROWS[1:]), speed_series, cis=speed_cis, reference=1.0,
                      ylabel="speedup over the vanilla large model (x)",
-                     title=f"BiLD main table: policies chosen on validation, test N = {n_test}")
+                     title="BiLD main table: policies chosen on validation, test N = "
+                           + ", ".join(f"{n} ({pair})" for pair, n in n_test.items()))
     plots.save(fig, "rq5_main_table", figures)
     answers = []
     for pair, h in headline.items():
@@ -442,10 +446,10 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
             names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
             parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
-        answers.append(f"On {pair}: " + "; ".join(parts) + "." if parts else
+        answers.append(f"On {pair} (N = {n_test[pair]}): " + "; ".join(parts) + "." if parts else
                        f"On {pair} no BiLD policy qualifies on {val_split}.")
-    answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (N = {n_test}; speedups of "
-              f"{passes} independent timing passes). " + " ".join(answers))
+    answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (speedups of {passes} "
+              f"independent timing passes). " + " ".join(answers))
     frame = _frame(table)
     first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
@@ -477,8 +481,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                          "expected speedup": round(sm.expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
                          "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
     for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
-        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec),
-                     "tokens / large call": None, "large-model share": None})  # generate does not count its calls
+        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
     rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
                  "tokens / large call": bild["summary"]["mean_accepted"]})
     ref = []

@@ -92,20 +92,23 @@ def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
         s["hf_identical"] = round(sum(bool(r["hf_identical"]) for r in rows) / n, 4)
     else:
         s["speedup_hf"] = s["speedup_hf_ci"] = s["hf_identical"] = None
-    stats = [r["stats"] for r in rows]
-    tokens = int(tok.sum())
-    large_calls = sum(x.get("large_calls", 0) for x in stats)
-    drafted = sum(x.get("drafted", 0) for x in stats)
-    s.update({
-        "tokens": tokens,
-        "tokens_per_second": _round(tok.sum() / t.sum(), 2),
-        "baseline_tokens_per_second": _round(tokb.sum() / tb.sum(), 2),
-        "small_share": round(sum(x.get("small_tokens", 0) for x in stats) / max(tokens, 1), 4),
-        "large_calls_per_token": round(large_calls / max(tokens, 1), 4),
-        "mean_accepted": round(tokens / max(large_calls, 1), 4),  # tokens per large call (Spec-Bench's measure)
-        "acceptance": round(sum(x.get("accepted", 0) for x in stats) / drafted, 4) if drafted else None,
-    })
+    s.update(tokens=int(tok.sum()), tokens_per_second=_round(tok.sum() / t.sum(), 2),
+             baseline_tokens_per_second=_round(tokb.sum() / tb.sum(), 2),
+             **_composition([r["stats"] for r in rows], int(tok.sum())))
     return s
+
+
+def _composition(stats: list[dict], tokens: int) -> dict:
+    """What a speedup is made of, from the loop's counters: the small model's share of the tokens, large calls per
+    token, tokens per large call (Spec-Bench's measure) and the acceptance of drafted tokens. None where the runner
+    counts nothing (transformers' generate), never a number made of zero counts."""
+    if not all("large_calls" in x for x in stats):
+        return dict.fromkeys(("small_share", "large_calls_per_token", "mean_accepted", "acceptance"))
+    large_calls, drafted = sum(x["large_calls"] for x in stats), sum(x.get("drafted", 0) for x in stats)
+    return {"small_share": round(sum(x.get("small_tokens", 0) for x in stats) / tokens, 4) if tokens else None,
+            "large_calls_per_token": round(large_calls / tokens, 4) if tokens else None,
+            "mean_accepted": round(tokens / large_calls, 4) if large_calls else None,
+            "acceptance": round(sum(x.get("accepted", 0) for x in stats) / drafted, 4) if drafted else None}
 
 
 # ---------------------------------------------------------------------------------------------------------------------

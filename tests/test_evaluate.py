@@ -174,6 +174,8 @@ def test_outputs_that_hit_the_length_limit_are_counted(fake_zoo, tmp_path):
     (dict(pair="toy-mt", rollback=-2.0), ["rollback", ">= 0"]),
     (dict(pair="toy-mt", split="dev"), ["split", "validation"]),
     (dict(pair="toy-mt", limit=0), ["limit"]),
+    (dict(pair="toy-mt", limit={"toy-mt": 0}), ["limit", "per pair"]),
+    (dict(pair="toy-mt", limit={"toy-sum": 3}), ["limit", "no value for pair 'toy-mt'", "toy-sum"]),
     (dict(pair="toy-mt", draft="tiny"), ["draft", "early-exit"]),
     (dict(pair="toy-mt", threads=0), ["threads", ">= 1"]),
     (dict(pair="toy-mt", repeats=0), ["repeats", ">= 1"]),

@@ -107,6 +107,10 @@ def test_summary_of_rows_with_a_known_answer():
     assert s["speedup"] == pytest.approx(2.0) and s["speedup_ci"] == pytest.approx([2.0, 2.0])
     assert s["speedup_hf"] == pytest.approx(2.4) and s["identical_count"] == 40 and s["delta_ci"] == [0, 0]
     assert s["small_share"] == pytest.approx(2 / 3, abs=1e-4) and s["acceptance"] == pytest.approx(2 / 3, abs=1e-4)
+    assert s["mean_accepted"] == 3 and s["large_calls_per_token"] == pytest.approx(1 / 3, abs=1e-4)
+    # a runner that counts nothing (transformers' generate): no composition, rather than numbers made of zeros
+    blind = summary.summarize([{**r, "stats": {}} for r in _rows(40)], refs, metric="bleu")
+    assert [blind[k] for k in ("small_share", "large_calls_per_token", "mean_accepted", "acceptance")] == [None] * 4
     # two examples whose vanilla output looped to the limit dominate the total time; reported with and without them
     t = summary.summarize(_rows(40, truncate=(3, 7)), refs, metric="bleu")
     assert t["truncated"] == 2 and t["baseline_truncated"] == 2 and t["examples_without_truncated"] == 38

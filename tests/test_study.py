@@ -17,6 +17,8 @@ from bildlab.params import check_params
     ({"rollbacks": [2.0, -3.0]}, ["rollbacks", ">= 0"]),
     ({"ks": [1, 0]}, ["ks", ">= 1"]),
     ({"limit": 0}, ["limit"]),
+    ({"limit": {"toy-mt": 300, "toy-xx": 5}}, ["limit", "toy-xx"]),
+    ({"val_limit": {"toy-sum": 0.5}}, ["val_limit", "per pair"]),
     ({"split": "dev"}, ["split", "validation"]),
     ({"tolerance": -1}, ["tolerance"]),
     ({"temperature": 0}, ["temperature"]),
@@ -228,14 +230,15 @@ def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch
 
 def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
     def sweep(pair, grid, **run):  # on toy-mt fb 0.9 is lossless, on toy-sum no policy is
-        lossless = pair == "toy-mt"
+        lossless, n = pair == "toy-mt", study.ev.per_pair(run["limit"], pair, "limit")
         return [_fake_record(pair, g, 1.4 if g["fallback"] == 0.9 else 2.0, 0.0 if g["fallback"] == 0.9 else -0.6,
-                             20 if lossless and g["fallback"] == 0.9 else 5) for g in grid]
+                             n if lossless and g["fallback"] == 0.9 else 5, n=n) for g in grid]
 
     monkeypatch.setattr(study.ev, "sweep", sweep)
-    answer = study.rq5(("toy-mt", "toy-sum"), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=20, limit=20,
-                       figures=str(tmp_path)).answer
-    mt, summ = answer.split("On toy-mt: ")[1].split(" On toy-sum: ")
+    result = study.rq5(("toy-mt", "toy-sum"), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=20,
+                       limit={"toy-mt": 20, "toy-sum": 30}, figures=str(tmp_path))
+    mt, summ = result.answer.split("On toy-mt (N = 20): ")[1].split(" On toy-sum (N = 30): ")  # each task's own N
+    assert "N = 20 (toy-mt), 30 (toy-sum)" in result.figure.axes[0].get_title()
     # rows of one small model that chose the same policy are named together, once
     assert "unaligned lossless = unaligned no loss (rb, fb) = (3.0, 0.9): 1.40x [1.35, 1.45] and 1.40x" in mt
     assert mt.count("(3.0, 0.9)") == 2 and "aligned lossless = aligned no loss (rb, fb) = (3.0, 0.9)" in mt
@@ -277,8 +280,13 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
     rows = plan.plan("toy", overrides={"registry": str(tmp_path)})  # an empty registry: everything is to run
     assert [r["notebook"] for r in rows] == runner.notebook_names()
     for r in rows:
-        assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0
-        assert r["hours"] > 0
+        assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0 and r["hours"] > 0
+    # a record that two notebooks share is counted once: 8 of RQ3's small-draft policies (rb 2, 3) are RQ2's; RQ4's
+    # separate-small half of its validation grid and all of RQ5's validation grid are RQ3's
+    val = {r["notebook"]: [s for s in r["sweeps_detail"] if s["split"] == "validation"] for r in rows}
+    assert [(s["policies"], s["to_run"]) for s in val["rq3_alignment"]] == [(32, 24), (32, 24)]
+    assert [(s["policies"], s["to_run"]) for s in val["rq4_early_exit"]] == [(32, 16), (32, 16)]
+    assert [(s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(0, 0), (0, 0)]
     text = plan.format_plan(rows, "toy")
     assert "CPU hours" in text and "total" in text.splitlines()[-1]
 
