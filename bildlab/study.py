@@ -349,6 +349,19 @@ def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     return Result("RQ4", _frame(rows), fig, " ".join(answers), headline, records)
 
 
+def paper_table():
+    """The paper's main table (PAPER_TABLE) as printed, for the shape of RQ5's rows: per task, each row's quality
+    (BLEU or ROUGE-L) / speedup over the vanilla large model, with its (rb, fb); the paper has no lossless rows."""
+    rows = []
+    for row in ROWS:
+        entry = {"row": row}
+        for task, table in PAPER_TABLE.items():
+            v = table.get(row)
+            entry[task] = "–" if v is None else f"{v[0]:.2f} / {v[1]:.2f}x" + (f" at {v[2]}" if len(v) > 2 else "")
+        rows.append(entry)
+    return _frame(rows).set_index("row")
+
+
 ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "aligned lossless", "aligned",
         "aligned degraded")
 

@@ -342,3 +342,11 @@ def test_speculative_table_leaves_uncounted_calls_blank(monkeypatch, tmp_path):
     assert (assisted["large-model share"] == "").all()
     greedy = table[table["mode"] == "greedy vs greedy"]
     assert (greedy["tokens / large call"] == 3.0).all()
+
+
+def test_paper_table_is_the_papers_numbers_in_rq5s_rows():
+    table = study.paper_table()
+    assert list(table.index) == list(study.ROWS) and list(table.columns) == list(study.PAPER_TABLE)
+    assert table.loc["aligned", "xsum"] == "35.05 / 1.50x at (2, 0.6)"
+    assert table.loc["unaligned lossless", "wmt14-de-en"] == "–"  # the paper has no lossless rows
+
