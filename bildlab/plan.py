@@ -6,12 +6,13 @@ policies without a record in the registry, the number of decodes, and an estimat
 While `planning()` is active, `evaluate.sweep` records each sweep here and returns placeholder records (neutral
 numbers: speedup 1, no quality change, every output identical), so the study functions run through without a model.
 Where a policy is chosen from measured numbers (RQ5's rows), the plan counts the largest number that can be chosen.
+A record that several notebooks share (RQ3, RQ4 and RQ5 sweep the same validation grid) is counted once, where the
+first notebook would compute it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 
 # Seconds per decode of the vanilla large model at batch 1, the unit of the estimate (a policy's decode is counted as
@@ -46,8 +47,10 @@ def planning():
 def unplanned(keys: list[dict], todo: list[int]) -> list[int]:
     """The policies of `todo` whose record no earlier sweep of this plan makes (notebooks share sweeps: RQ3, RQ4 and
     RQ5 sweep the same validation grid); they are counted from now on."""
-    fresh = [i for i in todo if json.dumps(keys[i], sort_keys=True, default=str) not in _PLANNED]
-    _PLANNED.update(json.dumps(keys[i], sort_keys=True, default=str) for i in fresh)
+    from .registry import digest
+
+    fresh = [i for i in todo if digest(keys[i]) not in _PLANNED]
+    _PLANNED.update(digest(keys[i]) for i in fresh)
     return fresh
 
 
