@@ -181,7 +181,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                      f"{sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], '%', 0)} of the small-to-large gap at "
                      f"{_speed(mid)}")
     most = [h["small_share"] >= 0.5 for h in headline.values()]
-    verdict = "Yes" if all(most) else "No" if not any(most) else "On some tasks"
+    verdict = "Yes" if all(most) else "No" if not any(most) else "On some pairs"
     answer = f"{verdict}: " + "; ".join(parts) + "."
     return Result("RQ1", _frame(rows), fig, answer, headline, records)
 
