@@ -221,27 +221,39 @@ def _pairs(pairs) -> list[str]:
     return list(pairs)
 
 
+def _per_pair(name: str, figure: str, pairs, figures, one) -> Result:
+    """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline, answer) and draws
+    into its own panel of one figure (each pair has its own metric), saved as `figure`."""
+    pairs = _pairs(pairs)
+    fig, axes = plots.panels(len(pairs))
+    rows, records, headline, answers = [], [], {}, []
+    for pair, ax in zip(pairs, axes):
+        r, recs, headline[pair], answer = one(pair, ax)
+        rows, records = rows + r, records + recs
+        answers.append(answer)
+    plots.save(fig, figure, figures)
+    return Result(name, _frame(rows), fig, " ".join(answers), headline, records)
+
+
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ2: what do the fallback and rollback policies each contribute? alpha_FB x alpha_RB over the paper's
     ranges, the speed-quality Pareto front (a policy is dominated only where intervals separate), and the two
     ablations (fallback only: no rollback; rollback only: no fallback), per pair. Rollback thresholds below ln 2 are
     lossless by construction (every disagreement is rolled back), so the trade-off lives above it."""
-    pairs = _pairs(pairs)
     kinds = {"fallback + rollback": _grid(fallbacks, rollbacks), "fallback only": _grid(fallbacks, [INF]),
              "rollback only": _grid([0.0], rollbacks)}
     flat = [g for grid in kinds.values() for g in grid]
-    fig, axes = plots.panels(len(pairs))
-    rows, records, headline, answers = [], [], {}, []
-    for pair, ax in zip(pairs, axes):
+
+    def one(pair, ax):
         val = ev.sweep(pair, flat, **_val(run, val_split, val_limit))
         by_kind, i = {}, 0
         for kind, grid in kinds.items():
             by_kind[kind] = val[i: i + len(grid)]
             i += len(grid)
         front = sm.pareto(val)
-        rows += [{"pair": pair, "policy": kind, "thresholds": _policy(r), **_cells(r),
-                  "on the front": any(r is f for f in front)} for kind, recs in by_kind.items() for r in recs]
+        rows = [{"pair": pair, "policy": kind, "thresholds": _policy(r), **_cells(r),
+                 "on the front": any(r is f for f in front)} for kind, recs in by_kind.items() for r in recs]
         s0 = val[0]["summary"]
         metric = METRIC_NAMES[s0["metric"]]
         best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
@@ -254,17 +266,17 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         vs = {kind: _compare_speed(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
               for kind in ("fallback only", "rollback only")}
         n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
-        answers.append(f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
-                       f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
-                       + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
-                       + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
-                       f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not "
-                       f"dominated where intervals separate ({both} of them use both).")
-        headline[pair] = {"front": len(front), "policies": len(val),
-                          "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
-        records += val + [t for t in test.values() if t]
-    plots.save(fig, "rq2_policies", figures)
-    return Result("RQ2", _frame(rows), fig, " ".join(answers), headline, records)
+        answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
+                  f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
+                  + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
+                  + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
+                  f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "
+                  f"where intervals separate ({both} of them use both).")
+        headline = {"front": len(front), "policies": len(val),
+                    "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
+        return rows, val + [t for t in test.values() if t], headline, answer
+
+    return _per_pair("RQ2", "rq2_policies", pairs, figures, one)
 
 
 def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, ax, **run) -> dict:
@@ -276,13 +288,16 @@ def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val
     rows = [{"pair": pair, "draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items()
             for r in rs]
     s0 = recs[0]["summary"]
+    metric = METRIC_NAMES[s0["metric"]]
     best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
     plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
                                               for r in sm.pareto(rs)]
-                         for label, rs in by.items()}, metric=METRIC_NAMES[s0["metric"]],
+                         for label, rs in by.items()}, metric=metric,
                         baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
     test = _on_test(pair, best, **run)
-    return {"rows": rows, "best": test, "by": by, "validation_n": s0["examples"],
+    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} (N = {s0['examples']}), "
+              f"reported on {run.get('split', 'test')}")
+    return {"rows": rows, "best": test, "by": by, "within": within,
             "records": recs + [t for t in test.values() if t]}
 
 
@@ -291,24 +306,19 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
     with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals, per
     pair."""
-    pairs = _pairs(pairs)
-    fig, axes = plots.panels(len(pairs))
-    rows, records, headline, answers = [], [], {}, []
-    for pair, ax in zip(pairs, axes):
+    def one(pair, ax):
         d = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks),
                     f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, ax, **run)
         best, agree = d["best"], _agreement(pair)
-        rows, records = rows + d["rows"], records + d["records"]
-        answers.append(f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): "
-                       f"unaligned {agree.get('unaligned', float('nan')):.1%}, aligned "
-                       f"{agree.get('aligned', float('nan')):.1%}. Fastest within {tolerance:g} point of vanilla on "
-                       f"{val_split} (N = {d['validation_n']}), reported on {run.get('split', 'test')}: aligned "
-                       f"{_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
-                       f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
-        headline[pair] = {"agreement": agree, "speedup_within_tolerance": {
+        answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
+                  f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
+                  f"The {d['within']}: aligned {_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
+                  f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
+        headline = {"agreement": agree, "speedup_within_tolerance": {
             k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
-    plots.save(fig, "rq3_alignment", figures)
-    return Result("RQ3", _frame(rows), fig, " ".join(answers), headline, records)
+        return d["rows"], d["records"], headline, answer
+
+    return _per_pair("RQ3", "rq3_alignment", pairs, figures, one)
 
 
 def _agreement(pair: str) -> dict:
@@ -327,26 +337,22 @@ def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures", **run) -> Result:
     """RQ4: BiLD with an early exit of the large model as the draft, against a separate small model; each draft's
     cost ratio c and acceptance, per pair."""
-    pairs = _pairs(pairs)
-    fig, axes = plots.panels(len(pairs))
-    rows, records, headline, answers = [], [], {}, []
-    for pair, ax in zip(pairs, axes):
+    def one(pair, ax):
         d = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
                     f"{pair}: early-exit draft vs separate small model", tolerance, val_split, val_limit, ax, **run)
         best, by = d["best"], d["by"]
-        rows, records = rows + d["rows"], records + d["records"]
         costs = {label: round(sum(sm.cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
         accept = {label: round(sum(sm.acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
-        answers.append(f"On {pair}, fastest within {tolerance:g} point of vanilla on {val_split} (N = "
-                       f"{d['validation_n']}), reported on {run.get('split', 'test')}: early exit "
-                       f"{_speed(best['early exit'])}, separate small {_speed(best['separate small'])}: "
-                       f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}"
-                       f". Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
-                       f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
-        headline[pair] = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {
+        answer = (f"On {pair}, the {d['within']}: early exit {_speed(best['early exit'])}, separate small "
+                  f"{_speed(best['separate small'])}: "
+                  f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
+                  f"Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
+                  f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
+        headline = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {
             k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
-    plots.save(fig, "rq4_early_exit", figures)
-    return Result("RQ4", _frame(rows), fig, " ".join(answers), headline, records)
+        return d["rows"], d["records"], headline, answer
+
+    return _per_pair("RQ4", "rq4_early_exit", pairs, figures, one)
 
 
 def paper_table():
