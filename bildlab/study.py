@@ -295,8 +295,9 @@ def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val
                          for label, rs in by.items()}, metric=metric,
                         baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
     test = _on_test(pair, best, **run)
+    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
     within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} (N = {s0['examples']}), "
-              f"reported on {run.get('split', 'test')}")
+              f"reported on {run.get('split', 'test')} (N = {n_test})")
     return {"rows": rows, "best": test, "by": by, "within": within,
             "records": recs + [t for t in test.values() if t]}
 
