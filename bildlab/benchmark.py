@@ -6,6 +6,7 @@ Only ratios measured in one run mean anything on a shared machine; absolute time
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,18 @@ def _transformers_version() -> tuple[int, int]:
     return Version(transformers.__version__).release[:2]
 
 
+class _AssistantNotice(logging.Filter):
+    """Drops one deprecation notice that transformers 5.x logs about its own code: its assisted generation passes the
+    assistant's `generate` a `generation_config` together with generation arguments. A caller can do nothing about
+    it, and a notebook would store it as a warning box."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Passing `generation_config` together with generation-related")
+
+
+_NOTICE = _AssistantNotice()
+
+
 def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:
     """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step, constant schedule,
     no confidence threshold); the new tokens only. Plain greedy whatever the checkpoint's generation config says
@@ -31,6 +44,9 @@ def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k
     kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   pad_token_id=large.generation_config.pad_token_id or 0)
     if assistant is not None:
+        notices = logging.getLogger("transformers.generation.utils")
+        if _NOTICE not in notices.filters:
+            notices.addFilter(_NOTICE)
         kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
                       assistant_confidence_threshold=0.0)
     out = large.generate(input_ids, **kwargs)

@@ -543,3 +543,47 @@ def test_rollback_rule_is_checked():
     large = tiny("t5", seed=1)
     with pytest.raises(ValueError, match="rollback_rule must be one of"):
         bildlab.generate(large, prompt(0), small=large, method="bild", rollback_rule="official")
+
+
+def test_assisted_generation_stores_no_transformers_notice_about_its_own_code():
+    """transformers' assisted generation logs a deprecation notice about the arguments that its own candidate
+    generator passes to the assistant (once per process); bildlab drops that one notice and no other."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from bildlab.benchmark import _NOTICE, hf_generate
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    from bildlab import models, tasks
+
+    pair = models.load_pair("toy-mt-llama")  # the shipped zoo's pair (tiny random models do not reach the notice)
+    large, small, eos = pair.large, pair.small, pair.large.generation_config.eos_token_id
+    x = pair.encode(tasks.load_task("toy-mt", "test", limit=1)[0]["source"])
+    logger, seen = logging.getLogger("transformers.generation.utils"), Seen()
+    logger.addHandler(seen)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()  # conftest quiets transformers; here its warnings are the subject
+    try:
+        for quiet in (False, True):
+            hf_logging.warning_once.cache_clear()  # "once per process": let it speak again
+            if not quiet:
+                logger.removeFilter(_NOTICE)
+            seen.messages.clear()
+            out = (hf_generate(large, x, max_new_tokens=8, eos=eos, assistant=small, k=3) if quiet else
+                   large.generate(x, do_sample=False, max_new_tokens=8, pad_token_id=0, eos_token_id=eos,
+                                  assistant_model=small, num_assistant_tokens=3)[0, x.shape[1]:].tolist())
+            notices = [m for m in seen.messages if "generation_config" in m]
+            assert (len(notices), out) == ((0 if quiet else 1), hf_greedy(large, x, 8, eos)), quiet
+    finally:
+        logger.removeHandler(seen)
+        hf_logging.set_verbosity(verbosity)
+    keep = logging.LogRecord("transformers.generation.utils", logging.WARNING, "", 0, "another notice", None, None)
+    assert _NOTICE.filter(keep)
