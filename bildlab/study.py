@@ -271,7 +271,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                   + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
                   + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
                   f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "
-                  f"where intervals separate; {both} of them use both thresholds.")
+                  f"where intervals separate (with both thresholds: {both}).")
         headline = {"front": len(front), "policies": len(val),
                     "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
         return rows, val + [t for t in test.values() if t], headline, answer
