@@ -21,6 +21,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         value = params[name]
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
+
     for name in params:
         if name in ("pair", "pairs", "reference_pair"):
             for p in as_list(name):
@@ -80,3 +81,10 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 raise ValueError(f"temperature must be a number > 0; got {v!r}")
         elif name == "device" and not str(params[name]).startswith(("cpu", "cuda")):
             raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {params[name]!r}")
+
+    named = {p for name in ("pair", "pairs", "reference_pair") if name in params for p in as_list(name)} - {None}
+    for name in ("limit", "val_limit"):  # a size per pair must cover every pair the notebook runs
+        missing = sorted(named - set(params[name])) if isinstance(params.get(name), dict) else []
+        if missing:
+            raise ValueError(f"{name} gives no size for pair(s) {', '.join(missing)}; give one per pair or one "
+                             f"for all")

@@ -61,7 +61,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
         elif extra:  # other parameters: a run folder, never over the committed study
             params.setdefault("registry", "../runs/toy/results")
             params.setdefault("figures", "../runs/toy/figures")
-        check_params(params, allowed)
+        check_params({**notebook_defaults(name), **params}, allowed)  # the overrides with what they meet
         plan.append((name, path, params))
     stored = profile == "toy" and not extra
     out = Path(out or (NOTEBOOKS if stored else ROOT / "runs" / profile))

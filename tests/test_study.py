@@ -19,6 +19,8 @@ from bildlab.params import check_params
     ({"limit": 0}, ["limit"]),
     ({"limit": {"toy-mt": 300, "toy-xx": 5}}, ["limit", "toy-xx"]),
     ({"val_limit": {"toy-sum": 0.5}}, ["val_limit", "per pair"]),
+    ({"pairs": ["toy-mt", "toy-sum"], "limit": {"toy-mt": 3}}, ["limit", "no size for pair(s) toy-sum"]),
+    ({"pair": "toy-mt-llama", "reference_pair": "toy-mt", "limit": {"toy-mt-llama": 3}}, ["limit", "toy-mt"]),
     ({"split": "dev"}, ["split", "validation"]),
     ({"tolerance": -1}, ["tolerance"]),
     ({"temperature": 0}, ["temperature"]),
@@ -48,6 +50,9 @@ def test_run_study_checks_every_notebook_before_running_any(monkeypatch, tmp_pat
         runner.run_study(notebooks=["rq9"], out=tmp_path, progress=False)
     with pytest.raises(ValueError, match="pairs: unknown pair 'toy-zz'"):
         runner.run_study(overrides={"pairs": ["toy-zz"]}, notebooks=["rq5_main_table"], out=tmp_path,
+                         progress=False)
+    with pytest.raises(ValueError, match="limit gives no size for pair.s. toy-mt-llama, toy-sum"):  # the defaults'
+        runner.run_study(overrides={"limit": {"toy-mt": 3}}, notebooks=["rq1_small_writes_most"], out=tmp_path,
                          progress=False)
     assert not list(tmp_path.iterdir())
 
