@@ -221,7 +221,7 @@ def _pairs(pairs) -> list[str]:
     return list(pairs)
 
 
-def _per_pair(name: str, figure: str, pairs, figures, one) -> Result:
+def _each_pair(name: str, figure: str, pairs, figures, one) -> Result:
     """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline, answer) and draws
     into its own panel of one figure (each pair has its own metric), saved as `figure`."""
     pairs = _pairs(pairs)
@@ -276,7 +276,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                     "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
         return rows, val + [t for t in test.values() if t], headline, answer
 
-    return _per_pair("RQ2", "rq2_policies", pairs, figures, one)
+    return _each_pair("RQ2", "rq2_policies", pairs, figures, one)
 
 
 def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, ax, **run) -> dict:
@@ -319,7 +319,7 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
 
-    return _per_pair("RQ3", "rq3_alignment", pairs, figures, one)
+    return _each_pair("RQ3", "rq3_alignment", pairs, figures, one)
 
 
 def _agreement(pair: str) -> dict:
@@ -353,7 +353,7 @@ def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
 
-    return _per_pair("RQ4", "rq4_early_exit", pairs, figures, one)
+    return _each_pair("RQ4", "rq4_early_exit", pairs, figures, one)
 
 
 def paper_table():
