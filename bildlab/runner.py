@@ -40,6 +40,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     import papermill as pm
     import yaml
     from tqdm.auto import tqdm
+    from traitlets.config import Config
 
     from .params import check_params
 
@@ -67,6 +68,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     out = Path(out or (NOTEBOOKS if stored else ROOT / "runs" / profile))
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    kernel = Config({"KernelManager": {"transport": KERNEL_TRANSPORT}})
     bar = tqdm(plan, desc=f"study ({profile})", disable=not progress)
     for name, path, params in bar:
         bar.set_postfix(notebook=name)
@@ -74,7 +76,7 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
         tmp = out / f".{name}.running.ipynb"
         try:
             pm.execute_notebook(str(path), str(tmp), parameters=params, cwd=str(NOTEBOOKS), progress_bar=False,
-                                kernel_name="python3")
+                                kernel_name="python3", config=kernel)
         except BaseException:
             failed = out / f".{name}.failed.ipynb"  # hidden: not a notebook of the study
             if tmp.exists():
@@ -89,6 +91,9 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     return written
 
 
+# The kernel talks to papermill over local sockets, not TCP: nothing to eavesdrop on, and ipykernel then does not warn
+# "Kernel is running over TCP without encryption" into the terminal once per notebook.
+KERNEL_TRANSPORT = "ipc" if os.name == "posix" else "tcp"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
 
 

@@ -308,8 +308,9 @@ def test_new_parameters_are_checked(params, words):
         assert w in str(info.value)
 
 
-def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path):
-    """The computing path of a notebook (not only its replay): papermill, a real kernel, the shipped zoo, 2 examples."""
+def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd):
+    """The computing path of a notebook (not only its replay): papermill, a real kernel, the shipped zoo, 2 examples;
+    the kernel's own messages reach the terminal (captured here at the file descriptors), and it has none to give."""
     import json
 
     import nbformat
@@ -326,6 +327,7 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path):
     assert all(r["summary"]["examples"] == 2 for r in records)
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["rq1_token_share.pdf", "rq1_token_share.png"]
     assert not any(o.get("name") == "stderr" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "WARNING" not in capfd.readouterr().err  # e.g. ipykernel's "running over TCP without encryption"
 
 
 def test_speculative_table_leaves_uncounted_calls_blank(monkeypatch, tmp_path):
