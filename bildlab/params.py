@@ -23,9 +23,9 @@ def check_params(params: dict, allowed: set | None = None) -> None:
 
 
     for name in params:
-        if name in ("pair", "pairs", "reference_pair"):
+        if name in ("pair", "pairs", "reference_pairs"):
             for p in as_list(name):
-                if p is None and name == "reference_pair":
+                if p is None and name == "reference_pairs":
                     continue
                 if p not in PAIRS:
                     raise ValueError(f"{name}: unknown pair {p!r}; known pairs: {', '.join(PAIRS)}")
@@ -82,7 +82,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         elif name == "device" and not str(params[name]).startswith(("cpu", "cuda")):
             raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {params[name]!r}")
 
-    named = {p for name in ("pair", "pairs", "reference_pair") if name in params for p in as_list(name)} - {None}
+    named = {p for name in ("pair", "pairs", "reference_pairs") if name in params for p in as_list(name)} - {None}
     for name in ("limit", "val_limit"):  # a size per pair must cover every pair the notebook runs
         missing = sorted(named - set(params[name])) if isinstance(params.get(name), dict) else []
         if missing:

@@ -477,12 +477,12 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
-                bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pair: str | None = "toy-mt",
+                bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pairs=("toy-mt", "toy-sum"),
                 figures="figures", **run) -> Result:
     """The speculative decoding pipeline: acceptance against k, measured speedup against the expected
     (1 - a^(k+1)) / ((1 - a)(k c + 1)); greedy against greedy, sampling against sampling (each labelled); BiLD on
-    the same examples; and on `reference_pair` (a T5 pair) fixed-k speculative decoding as the lossless reference
-    next to BiLD."""
+    the same examples; and on each of `reference_pairs` (T5 pairs; None for none) fixed-k speculative decoding
+    (k = 4) as the lossless reference next to BiLD."""
     grid = ([{"method": "speculative", "k": k} for k in ks]
             + [{"method": "speculative", "k": k, "do_sample": True, "temperature": temperature} for k in ks]
             + [{"method": "hf_assisted", "k": k} for k in ks]
@@ -504,14 +504,19 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
     rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
                  "tokens / large call": bild["summary"]["mean_accepted"]})
-    ref = []
-    if reference_pair:
-        ref = ev.sweep(reference_pair, [{"method": "speculative", "k": 4},
-                                        {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}],
-                       **run)
-        for r in ref:
-            rows.append({"pair": reference_pair, "mode": f"{r['key']['method']} ({_policy(r)})", **_cells(r),
+    ref, versus = [], []
+    for ref_pair in _pairs(reference_pairs) if reference_pairs else []:
+        spec, ref_bild = ev.sweep(ref_pair, [{"method": "speculative", "k": 4},
+                                             {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}],
+                                  **run)
+        for r in (spec, ref_bild):
+            rows.append({"pair": ref_pair, "mode": f"{r['key']['method']} ({_policy(r)})", **_cells(r),
                          "tokens / large call": r["summary"]["mean_accepted"]})
+        s = spec["summary"]
+        versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {_speed(spec)}, "
+                      f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
+                      f"{_compare_speed(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
+        ref += [spec, ref_bild]
     table = _frame(rows)
     series, cis = {}, {}
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
@@ -535,6 +540,6 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                                   f"{_compare_speed(best, rival)}" if rival else "")
               + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
               f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
-              f"{_speed(bild)}.")
+              f"{_speed(bild)}." + "".join(" " + v for v in versus))
     headline = {"best_k": best["key"]["policy"]["k"], "identical": identical, "outputs": total}
     return Result("speculative pipeline", table, fig, answer, headline, recs + ref)

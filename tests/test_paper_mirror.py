@@ -287,7 +287,7 @@ TINY = {"rq1_small_writes_most": {"pairs": ["iwslt2017-de-en", "xsum"], "fallbac
         "rq4_early_exit": {"fallbacks": [0.5], "rollbacks": [2.0]},
         "rq5_main_table": {"pairs": ["wmt14-de-en", "cnn_dailymail"], "fallbacks": [0.5], "rollbacks": [2.0],
                            "val_limit": 1, "passes": 1},
-        "speculative_pipeline": {"ks": [1], "reference_pair": None}}
+        "speculative_pipeline": {"ks": [1], "reference_pairs": None}}
 
 
 def test_paper_params_use_the_papers_generation_length():

@@ -20,7 +20,7 @@ from bildlab.params import check_params
     ({"limit": {"toy-mt": 300, "toy-xx": 5}}, ["limit", "toy-xx"]),
     ({"val_limit": {"toy-sum": 0.5}}, ["val_limit", "per pair"]),
     ({"pairs": ["toy-mt", "toy-sum"], "limit": {"toy-mt": 3}}, ["limit", "no size for pair(s) toy-sum"]),
-    ({"pair": "toy-mt-llama", "reference_pair": "toy-mt", "limit": {"toy-mt-llama": 3}}, ["limit", "toy-mt"]),
+    ({"pair": "toy-mt-llama", "reference_pairs": "toy-mt", "limit": {"toy-mt-llama": 3}}, ["limit", "toy-mt"]),
     ({"split": "dev"}, ["split", "validation"]),
     ({"tolerance": -1}, ["tolerance"]),
     ({"temperature": 0}, ["temperature"]),
@@ -342,7 +342,7 @@ def test_speculative_table_leaves_uncounted_calls_blank(monkeypatch, tmp_path):
         return records
 
     monkeypatch.setattr(study.ev, "sweep", sweep)
-    result = study.speculative("toy-mt-llama", ks=[2, 4], reference_pair=None, figures=tmp_path, progress=False)
+    result = study.speculative("toy-mt-llama", ks=[2, 4], reference_pairs=None, figures=tmp_path, progress=False)
     table = result.table
     assisted = table[table["mode"] == "transformers assisted generation"]
     assert len(assisted) == 2 and (assisted["tokens / large call"] == "").all()  # a blank cell
@@ -357,3 +357,30 @@ def test_paper_table_is_the_papers_numbers_in_rq5s_rows():
     assert table.loc["aligned", "xsum"] == "35.05 / 1.50x at (2, 0.6)"
     assert table.loc["unaligned lossless", "wmt14-de-en"] == "–"  # the paper has no lossless rows
 
+
+
+def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bild(monkeypatch, tmp_path):
+    """On each T5 reference pair: fixed-k speculative decoding (k = 4, every output identical) next to BiLD on the
+    same examples, each with its N, and the answer compares them by their intervals."""
+    def sweep(pair, grid, **run):
+        records = []
+        for g in grid:
+            spec = g["method"] != "bild"
+            r = _fake_record(pair, g, 1.4 if spec else 1.6, 0.0 if spec else -0.8, 20 if spec else 12)
+            if spec:
+                r["key"]["policy"]["k"] = g["k"]
+            records.append(r)
+        return records
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    result = study.speculative("toy-mt-llama", ks=[2], reference_pairs=["toy-mt", "toy-sum"], figures=tmp_path,
+                               progress=False)
+    refs = result.table[result.table["pair"] != "toy-mt-llama"]
+    assert list(zip(refs["pair"], refs["mode"])) == [("toy-mt", "speculative (k=4)"), ("toy-mt", "bild (fb 0.5, rb 3)"),
+                                                     ("toy-sum", "speculative (k=4)"), ("toy-sum", "bild (fb 0.5, rb 3)")]
+    assert ("On toy-sum (N = 20), fixed-k speculative decoding 1.40x [1.35, 1.45] (k=4; lossless), 20 of 20 outputs "
+            "identical, against BiLD 1.60x [1.55, 1.65] (fb 0.5, rb 3; -0.80 [-1.30, -0.30] ROUGE-L): BiLD is "
+            "detectably faster.") in result.answer
+    assert len(result.records) == 4 + 4  # k=2 greedy, sampled and assisted, BiLD; two per reference pair
+    one = study.speculative("toy-mt-llama", ks=[2], reference_pairs="toy-mt", figures=tmp_path, progress=False)
+    assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.answer
