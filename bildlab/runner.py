@@ -94,26 +94,30 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
 # The kernel talks to papermill over local sockets, not TCP: nothing to eavesdrop on, and ipykernel then does not warn
 # "Kernel is running over TCP without encryption" into the terminal once per notebook.
 KERNEL_TRANSPORT = "ipc" if os.name == "posix" else "tcp"
+WIDGET = "application/vnd.jupyter.widget-view+json"  # a live progress bar's output (its state is in the metadata)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
 
 
 def _clean(path: Path) -> None:
     """Make a rerun with the same results give the same file, and keep only what a reader needs: drop papermill's and
-    Jupyter's clock readings and machine paths, progress-bar frames (stderr text redrawn with carriage returns),
-    and store the kernelspec a fresh install writes (so that opening the notebook does not modify it)."""
+    Jupyter's clock readings and machine paths, progress bars (stderr text redrawn with carriage returns, and
+    tqdm's widgets with their state, which carry random ids), and store the kernelspec a fresh install writes (so
+    that opening the notebook does not modify it)."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     for key in ("start_time", "end_time", "duration", "input_path", "output_path"):
         nb.metadata.get("papermill", {}).pop(key, None)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         for key in ("start_time", "end_time", "duration", "exception", "status"):
             cell.metadata.get("papermill", {}).pop(key, None)
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs
-                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr" and "\r" in o.text)]
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr" and "\r" in o.text)
+                            and WIDGET not in o.get("data", {})]
     nbformat.write(nb, str(path))
 
 

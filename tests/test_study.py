@@ -326,7 +326,9 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd):
     assert sorted(r["key"]["method"] for r in records) == ["bild", "small"]
     assert all(r["summary"]["examples"] == 2 for r in records)
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["rq1_token_share.pdf", "rq1_token_share.png"]
-    assert not any(o.get("name") == "stderr" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not any(o.get("name") == "stderr" or runner.WIDGET in o.get("data", {}) for o in outputs)  # no bars
+    assert "widgets" not in nb.metadata  # tqdm's widget state, with random ids
     assert "WARNING" not in capfd.readouterr().err  # e.g. ipykernel's "running over TCP without encryption"
 
 
