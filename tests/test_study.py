@@ -21,6 +21,7 @@ from bildlab.params import check_params
     ({"val_limit": {"toy-sum": 0.5}}, ["val_limit", "per pair"]),
     ({"pairs": ["toy-mt", "toy-sum"], "limit": {"toy-mt": 3}}, ["limit", "no size for pair(s) toy-sum"]),
     ({"pair": "toy-mt-llama", "reference_pairs": "toy-mt", "limit": {"toy-mt-llama": 3}}, ["limit", "toy-mt"]),
+    ({"reference_pairs": ["toy-mt", "toy-xx"]}, ["reference_pairs", "toy-xx"]),
     ({"split": "dev"}, ["split", "validation"]),
     ({"tolerance": -1}, ["tolerance"]),
     ({"temperature": 0}, ["temperature"]),
@@ -358,7 +359,6 @@ def test_paper_table_is_the_papers_numbers_in_rq5s_rows():
     assert list(table.index) == list(study.ROWS) and list(table.columns) == list(study.PAPER_TABLE)
     assert table.loc["aligned", "xsum"] == "35.05 / 1.50x at (2, 0.6)"
     assert table.loc["unaligned lossless", "wmt14-de-en"] == "–"  # the paper has no lossless rows
-
 
 
 def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bild(monkeypatch, tmp_path):
