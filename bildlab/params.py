@@ -21,7 +21,6 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         value = params[name]
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
-
     for name in params:
         if name in ("pair", "pairs", "reference_pairs"):
             for p in as_list(name):
