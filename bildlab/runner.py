@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from .atomic import atomic_path
@@ -40,7 +42,6 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     import papermill as pm
     import yaml
     from tqdm.auto import tqdm
-    from traitlets.config import Config
 
     from .params import check_params
 
@@ -68,15 +69,15 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     out = Path(out or (NOTEBOOKS if stored else ROOT / "runs" / profile))
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    kernel = Config({"KernelManager": {"transport": KERNEL_TRANSPORT}})
     bar = tqdm(plan, desc=f"study ({profile})", disable=not progress)
     for name, path, params in bar:
         bar.set_postfix(notebook=name)
         target = out / f"{name}.ipynb"
         tmp = out / f".{name}.running.ipynb"
         try:
-            pm.execute_notebook(str(path), str(tmp), parameters=params, cwd=str(NOTEBOOKS), progress_bar=False,
-                                kernel_name="python3", config=kernel)
+            with kernel_config() as kernel:
+                pm.execute_notebook(str(path), str(tmp), parameters=params, cwd=str(NOTEBOOKS), progress_bar=False,
+                                    kernel_name="python3", config=kernel)
         except BaseException:
             failed = out / f".{name}.failed.ipynb"  # hidden: not a notebook of the study
             if tmp.exists():
@@ -94,6 +95,21 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
 # The kernel talks to papermill over local sockets, not TCP: nothing to eavesdrop on, and ipykernel then does not warn
 # "Kernel is running over TCP without encryption" into the terminal once per notebook.
 KERNEL_TRANSPORT = "ipc" if os.name == "posix" else "tcp"
+
+
+@contextmanager
+def kernel_config():
+    """The kernel manager's configuration for one notebook run. Over ipc, jupyter_client names the sockets
+    `<ip>-1` ... `<ip>-5`, picking the first numbers with no file yet, and `ip` defaults to "kernel-ipc" in the working
+    directory (notebooks/): two study runs at once would pick the same sockets before either kernel binds them, and
+    one kernel would answer the other's client. So each kernel gets its own directory, removed afterwards."""
+    from traitlets.config import Config
+
+    if KERNEL_TRANSPORT != "ipc":
+        yield Config({"KernelManager": {"transport": KERNEL_TRANSPORT}})
+        return
+    with tempfile.TemporaryDirectory(prefix="bildlab-kernel-") as sockets:
+        yield Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live progress bar's output (its state is in the metadata)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
 
