@@ -2,6 +2,7 @@
 
 import hashlib
 import math
+import sys
 
 import pytest
 
@@ -309,13 +310,16 @@ def test_new_parameters_are_checked(params, words):
         assert w in str(info.value)
 
 
-def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd):
+def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd, monkeypatch):
     """The computing path of a notebook (not only its replay): papermill, a real kernel, the shipped zoo, 2 examples;
     the kernel's own messages reach the terminal (captured here at the file descriptors), and it has none to give."""
     import json
 
     import nbformat
 
+    kernels = []  # the kernel configurations the run used (each its own sockets: see the test below)
+    real = runner.kernel_config
+    monkeypatch.setattr(runner, "kernel_config", lambda: kernels.append(1) or real())
     out = tmp_path / "runs"
     params = {"pairs": ["toy-mt"], "limit": 2, "fallbacks": [0.5], "registry": str(tmp_path / "registry"),
               "figures": str(tmp_path / "figures")}
@@ -331,6 +335,30 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd):
     assert not any(o.get("name") == "stderr" or runner.WIDGET in o.get("data", {}) for o in outputs)  # no bars
     assert "widgets" not in nb.metadata  # tqdm's widget state, with random ids
     assert "WARNING" not in capfd.readouterr().err  # e.g. ipykernel's "running over TCP without encryption"
+    assert kernels == [1]
+
+
+def test_two_study_runs_at_once_each_talk_to_their_own_kernel(tmp_path):
+    """Two processes that start a kernel at the same moment from the same working directory (two `bildlab study` runs
+    side by side, as the cold run does): with jupyter_client's default ipc names both took the same sockets, and one
+    failed with "Invalid Signature" or "Kernel didn't respond in 60 seconds"."""
+    import subprocess
+
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os; print(os.getpid())")]),
+                   str(tmp_path / "pid.ipynb"))
+    run = ("import sys, papermill as pm; from bildlab import runner\n"
+           "with runner.kernel_config() as config:\n"
+           "    pm.execute_notebook('pid.ipynb', sys.argv[1], kernel_name='python3', progress_bar=False, config=config)")
+    procs = [subprocess.Popen([sys.executable, "-c", run, f"out{i}.ipynb"], cwd=tmp_path, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert not any("Invalid Signature" in e for e in errors), errors
+    pids = {nbformat.read(str(tmp_path / f"out{i}.ipynb"), as_version=4).cells[0].outputs[0]["text"] for i in range(2)}
+    assert len(pids) == 2  # two kernels, one per run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out0.ipynb", "out1.ipynb", "pid.ipynb"]  # no sockets left
 
 
 def test_speculative_table_leaves_uncounted_calls_blank(monkeypatch, tmp_path):
