@@ -95,6 +95,8 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
 # The kernel talks to papermill over local sockets, not TCP: nothing to eavesdrop on, and ipykernel then does not warn
 # "Kernel is running over TCP without encryption" into the terminal once per notebook.
 KERNEL_TRANSPORT = "ipc" if os.name == "posix" else "tcp"
+WIDGET = "application/vnd.jupyter.widget-view+json"  # a live progress bar's output (its state is in the metadata)
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
 
 
 @contextmanager
@@ -110,8 +112,6 @@ def kernel_config():
         return
     with tempfile.TemporaryDirectory(prefix="bildlab-kernel-") as sockets:
         yield Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
-WIDGET = "application/vnd.jupyter.widget-view+json"  # a live progress bar's output (its state is in the metadata)
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # what ipykernel writes
 
 
 def _clean(path: Path) -> None:
