@@ -100,7 +100,7 @@ def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, dev
     (PAPER_TOKENIZERS), the summarization prefix, sources truncated to MAX_SOURCE_TOKENS, and with
     `resize_embeddings` (the paper's code) both models' embeddings and output layers cut to the tokenizer's size
     (mT5: 250,100 rows, T5: 32,100), so the softmax whose maximum BiLD's fallback reads spans the tokenizer's
-    vocabulary only."""
+    vocabulary only; each output layer stays its own (mT5) or tied (T5) as the checkpoint has it (`cut_vocabulary`)."""
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; known pairs: {', '.join(PAIRS)}")
     if aligned and early_exit:
@@ -137,10 +137,37 @@ def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, dev
     for repo_id in (large_id, aligned_id if aligned else small_id):
         with _quiet():
             model = AutoModelForSeq2SeqLM.from_pretrained(where(repo_id), dtype=dtype).eval()
-        if resize_embeddings and model.get_input_embeddings().num_embeddings != len(tokenizer):
-            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        if resize_embeddings:
+            cut_vocabulary(model, len(tokenizer), repo_id)
         models.append(model.to(device))
     return Pair(name, *models, tokenizer, PAPER_PREFIX[name], name, MAX_SOURCE_TOKENS)
+
+
+def cut_vocabulary(model, rows: int, name: str = "the model") -> None:
+    """Keep the first `rows` rows of a model's input embeddings and of its output layer (the paper's resize to the
+    tokenizer's vocabulary: mT5 250,112 -> 250,100, T5 32,128 -> 32,100; the rows cut are padding no tokenizer id
+    reaches), each layer its own or tied as the checkpoint has it: mT5 checkpoints have an output layer of their own,
+    T5 ties it to the input embeddings. Not transformers' `resize_token_embeddings`: it re-ties the output layer to the
+    input embeddings whenever the config says so, and T5Config / MT5Config (transformers 5) always say so. The logits
+    of the kept rows are unchanged. A tokenizer with more ids than the checkpoint has rows is an error (the rows it
+    would add have no trained weights)."""
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    have = min(embed.num_embeddings, head.out_features)
+    if rows > have:
+        raise ValueError(f"the tokenizer has {rows} ids but {name} has {have} embedding rows: a tokenizer of another "
+                         f"model? (load_pair(..., resize_embeddings=False) keeps the checkpoint's rows)")
+    if rows == embed.num_embeddings == head.out_features:
+        return
+    tied = head.weight is embed.weight
+    new_embed = torch.nn.Embedding.from_pretrained(embed.weight.detach()[:rows].clone(), freeze=False,
+                                                   padding_idx=embed.padding_idx)
+    new_head = torch.nn.Linear(head.in_features, rows, bias=head.bias is not None, device="meta")
+    new_head.weight = new_embed.weight if tied else torch.nn.Parameter(head.weight.detach()[:rows].clone())
+    if head.bias is not None:
+        new_head.bias = torch.nn.Parameter(head.bias.detach()[:rows].clone())
+    model.set_input_embeddings(new_embed)  # T5: the shared embeddings and the encoder's and decoder's
+    model.set_output_embeddings(new_head)
+    model.config.vocab_size = rows
 
 
 def provenance(pair: str, draft: str = "small", *, mirror: str | os.PathLike | None = None,

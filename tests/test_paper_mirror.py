@@ -109,6 +109,13 @@ def build_tokenizers(root: Path) -> dict:
     return {"google/mt5-small": 120, "google-t5/t5-small": 110}
 
 
+# how each pair's checkpoints are stored, as on the hub: mT5 has its own output layer (`lm_head`, config
+# tie_word_embeddings false), T5 ties it to the input embeddings; older repos hold a pytorch_model.bin (every tied name
+# saved, sharing storage) and no generation_config.json, newer ones a model.safetensors
+UNTIED = {"iwslt2017-de-en": True, "wmt14-de-en": True, "xsum": False, "cnn_dailymail": False}
+FORMAT = {"iwslt2017-de-en": "safetensors", "wmt14-de-en": "bin", "xsum": "bin", "cnn_dailymail": "safetensors"}
+
+
 def build_models(root: Path, sizes: dict) -> None:
     for pair, repos in models.PAPER_PAIRS.items():
         vocab = sizes[models.PAPER_TOKENIZERS[pair]] + 12  # padded like the real checkpoints (32,128 vs 32,100)
@@ -117,11 +124,20 @@ def build_models(root: Path, sizes: dict) -> None:
             common = dict(vocab_size=vocab, d_model=16, d_ff=32, num_heads=2, d_kv=8, num_layers=2 if i == 0 else 1,
                           num_decoder_layers=2 if i == 0 else 1, decoder_start_token_id=0, eos_token_id=1,
                           pad_token_id=0)
-            if "mT5" in repo_id:
+            folder = root / repo_id
+            if UNTIED[pair]:
                 model = tf.MT5ForConditionalGeneration(tf.MT5Config(**common))
+                model.lm_head.weight = torch.nn.Parameter(torch.randn(vocab, 16))  # its own, unlike the embeddings
             else:
                 model = tf.T5ForConditionalGeneration(tf.T5Config(**common))
-            model.save_pretrained(root / repo_id)
+            model.save_pretrained(folder)
+            if UNTIED[pair]:  # what the real mT5 repos' config.json says
+                config = json.loads((folder / "config.json").read_text())
+                (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+            if FORMAT[pair] == "bin":
+                (folder / "model.safetensors").unlink()
+                (folder / "generation_config.json").unlink()
+                torch.save(model.state_dict(), folder / "pytorch_model.bin")
     record = root / models.PAPER_PAIRS["xsum"][0] / ".cache" / "huggingface" / "download" / "config.json.metadata"
     record.parent.mkdir(parents=True)
     record.write_text(f"{COMMIT}\netag\n1700000000.0\n")
@@ -266,6 +282,63 @@ def test_paper_pair_from_the_mirror(mirrored, pair, rows):
     assert out["large"]["revision"] == (COMMIT if pair == "xsum" else None)
     assert (out["prefix"], out["max_source_tokens"], out["resize_embeddings"]) == (p.prefix, 1024, True)
     assert models.provenance("toy-mt", "early-exit") == {}
+
+
+def raw_checkpoint(folder: Path):
+    """A repo's model exactly as its files hold it, without from_pretrained's loading: the weights file read as it is,
+    the output layer its own wherever the file has one that differs from the input embeddings."""
+    config = tf.AutoConfig.from_pretrained(folder)
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        state = load_file(folder / "model.safetensors")
+    else:
+        state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    cls = tf.MT5ForConditionalGeneration if config.model_type == "mt5" else tf.T5ForConditionalGeneration
+    model = cls(config).eval()
+    untied = "lm_head.weight" in state and not torch.equal(state["lm_head.weight"], state["shared.weight"])
+    if untied:
+        model.lm_head = torch.nn.Linear(config.d_model, config.vocab_size, bias=False)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all("embed_tokens" in k or k == "lm_head.weight" for k in missing), (missing, unexpected)
+    if not untied:
+        assert model.lm_head.weight is model.shared.weight
+    return model, untied
+
+
+def logits(model) -> torch.Tensor:
+    x, y = torch.tensor([[5, 9, 3, 7, 1]]), torch.tensor([[0, 4, 8, 2]])
+    with torch.no_grad():
+        return model(input_ids=x, decoder_input_ids=y).logits
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # a tied weight counted once
+
+
+@pytest.mark.parametrize("pair", list(models.PAPER_PAIRS))
+def test_load_pair_keeps_each_checkpoints_output_layer(mirrored, pair):
+    """mT5 keeps its own output layer, T5 its tied one, through load_pair's cut to the tokenizer's vocabulary (from
+    .safetensors and .bin, with and without generation_config.json): the logits on the kept rows and the parameter
+    counts are the raw checkpoint's."""
+    resized, whole = models.load_pair(pair), models.load_pair(pair, resize_embeddings=False)
+    rows = len(resized.tokenizer)
+    for role, repo_id in (("large", models.PAPER_PAIRS[pair][0]), ("small", models.PAPER_PAIRS[pair][1])):
+        raw, untied = raw_checkpoint(mirrored / repo_id)
+        assert untied == UNTIED[pair]  # the fixture is built like the real repos
+        cut = (raw.config.vocab_size - rows) * raw.config.d_model * (2 if untied else 1)  # rows dropped
+        expected = logits(raw)
+        for model, n, count in ((getattr(resized, role), rows, n_params(raw) - cut),
+                                (getattr(whole, role), raw.config.vocab_size, n_params(raw))):
+            head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+            assert (head.weight is embed.weight) == (not untied), (repo_id, n)
+            assert head.weight.shape[0] == embed.weight.shape[0] == n and model.config.vocab_size == n
+            assert n_params(model) == count, repo_id
+            out = logits(model)
+            assert out.shape[-1] == n
+            torch.testing.assert_close(out, expected[..., :n], atol=1e-5, rtol=0)
+            if untied:  # the encoder and decoder still read the shared input embeddings
+                assert model.encoder.embed_tokens.weight is embed.weight is model.decoder.embed_tokens.weight
 
 
 def test_bild_runs_on_a_mirrored_pair(mirrored):
