@@ -1,5 +1,6 @@
 """The notebooks' parameters, checked before anything loads: a papermill `-p` value or a YAML file with an unknown
-name, an unknown pair, split or device, or an out-of-range threshold fails with a message naming the parameter."""
+name, an unknown pair, split or device, a device this machine does not have, or an out-of-range threshold fails with
+a message naming the parameter."""
 
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise ValueError(f"temperature must be a number > 0; got {v!r}")
-        elif name == "device" and not str(params[name]).startswith(("cpu", "cuda")):
-            raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {params[name]!r}")
+        elif name == "device":
+            check_device(params[name], here=params.get("executor", "local") == "local")
 
     named = {p for name in ("pair", "pairs", "reference_pairs") if name in params for p in as_list(name)} - {None}
     for name in ("limit", "val_limit"):  # a size per pair must cover every pair the notebook runs
@@ -87,3 +88,29 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         if missing:
             raise ValueError(f"{name} gives no size for pair(s) {', '.join(missing)}; give one per pair or one "
                              f"for all")
+
+
+def check_device(device, here: bool = True) -> None:
+    """A device the study can run on: 'cpu' or 'cuda[:n]' as torch parses it, and with `here` (the local executor:
+    this machine decodes) one this machine has. With a Ray executor the cluster's GPUs are checked when it is
+    reached (`distributed.run_shards`): the driver may have none."""
+    import torch
+
+    try:
+        parsed = torch.device(device) if isinstance(device, str) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None:
+        raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}, which torch does not parse as a "
+                         f"device string")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}")
+    if parsed.type == "cpu" or not here:
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} was asked but this machine has no CUDA device (torch "
+                         f"{torch.__version__} sees none); run on a GPU box or pass -p device cpu")
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise ValueError(f"device: {device!r} was asked but this machine has {count} CUDA device(s), cuda:0 to "
+                         f"cuda:{count - 1}; pass -p device cuda:0 (or another of them)")

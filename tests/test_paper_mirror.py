@@ -341,6 +341,15 @@ def test_load_pair_keeps_each_checkpoints_output_layer(mirrored, pair):
                 assert model.encoder.embed_tokens.weight is embed.weight is model.decoder.embed_tokens.weight
 
 
+def test_cut_vocabulary_never_adds_rows():
+    model = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=20, d_model=8, d_ff=16, num_heads=1, d_kv=8,
+                                                      num_layers=1))
+    with pytest.raises(ValueError, match="the tokenizer has 21 ids but repo/x has 20 embedding rows"):
+        models.cut_vocabulary(model, 21, "repo/x")  # the rows it would add have no trained weights
+    models.cut_vocabulary(model, 20)  # nothing to cut
+    assert model.config.vocab_size == 20 and model.lm_head.weight is model.shared.weight
+
+
 def test_bild_runs_on_a_mirrored_pair(mirrored):
     import bildlab
 

@@ -2,6 +2,7 @@
 
 import hashlib
 import math
+import re
 import sys
 
 import pytest
@@ -33,6 +34,45 @@ def test_bad_parameters_are_named(params, words):
         check_params(params)
     for w in words:
         assert w in str(info.value)
+
+
+@pytest.mark.parametrize("device", ["tpu", "gpu", "CUDA", "cuda:x", "cuda:-1", "cuda:0:1", 0, None])
+def test_a_device_torch_does_not_parse_is_named(device):
+    with pytest.raises(ValueError, match=rf"^device must be 'cpu' or 'cuda\[:n\]'; got {re.escape(repr(device))}"):
+        check_params({"device": device})
+
+
+def test_a_device_this_machine_lacks_stops_the_check(monkeypatch):
+    import torch
+
+    from bildlab.params import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(ValueError) as info:
+            check_params({"pairs": ["xsum"], "device": device, "limit": 5})
+        assert str(info.value) == (f"device: {device!r} was asked but this machine has no CUDA device (torch "
+                                   f"{torch.__version__} sees none); run on a GPU box or pass -p device cpu")
+    check_params({"device": "cpu"})
+    check_device("cuda", here=False)  # a Ray cluster's GPUs are checked where it is reached, not on the driver
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for device in ("cuda", "cuda:0", "cuda:1"):
+        check_params({"device": device})
+    with pytest.raises(ValueError, match=r"^device: 'cuda:2' was asked but this machine has 2 CUDA device\(s\), "
+                                         r"cuda:0 to cuda:1; pass -p device cuda:0"):
+        check_params({"device": "cuda:2"})
+
+
+def test_the_paper_profile_stops_before_loading_on_a_machine_without_cuda(monkeypatch, tmp_path):
+    import papermill
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    with pytest.raises(ValueError, match="^device: 'cuda' was asked but this machine has no CUDA device"):
+        runner.run_study(profile="paper", out=tmp_path, progress=False)
+    assert not list(tmp_path.iterdir())
 
 
 def test_unknown_parameter_names_are_rejected():
