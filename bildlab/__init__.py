@@ -1,11 +1,17 @@
 """bildlab: the Big Little Decoder and speculative decoding over unmodified Hugging Face models."""
 
-from .decoding import METHODS, Output, generate
-from .early_exit import exit_draft
-from .metrics import bleu, rouge_l, score
-from .models import load_pair
-from .tasks import PAPER_TASKS, TOY_TASKS, load_task, task_metric
+import importlib
 
 __version__ = "0.2.0"
-__all__ = ["METHODS", "Output", "generate", "exit_draft", "load_pair", "load_task", "task_metric", "TOY_TASKS",
-           "PAPER_TASKS", "bleu", "rouge_l", "score", "__version__"]
+# the public names, imported on first use: the command line starts (and fails on a bad parameter) without loading
+# transformers' modeling code
+_HOME = {"METHODS": "decoding", "Output": "decoding", "generate": "decoding", "exit_draft": "early_exit",
+         "load_pair": "models", "load_task": "tasks", "task_metric": "tasks", "TOY_TASKS": "tasks",
+         "PAPER_TASKS": "tasks", "bleu": "metrics", "rouge_l": "metrics", "score": "metrics"}
+__all__ = [*_HOME, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'bildlab' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)

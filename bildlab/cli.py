@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -53,20 +54,50 @@ def _zoo(args) -> int:
 
 
 def _study(args) -> int:
-    from .runner import run_study
+    import yaml
+
+    from .params import ParameterError
 
     overrides = {}
     for name, value in args.param or []:
-        import yaml
-
-        overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
+        try:
+            overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
+        except yaml.YAMLError:
+            raise ParameterError(f"-p {name}: {value!r} is not a YAML value") from None
     if args.plan:
         from .plan import format_plan, plan
 
         print(format_plan(plan(args.profile, args.notebook, overrides), args.profile))
         return 0
+    _check_machine(args.profile, args.notebook, args.params, overrides)
+    from .runner import run_study
+
     run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params)
     return 0
+
+
+def _check_machine(profile: str, notebooks: list[str] | None, params_file: str | None, overrides: dict) -> None:
+    """check_params' device check, before the imports that take most of a failing run's time (papermill and
+    transformers, about 10 s on 2 cores): the device and executor each chosen notebook gets from the profile, the
+    parameter file or -p (a notebook's own default is "cpu", "local"; every parameter is checked again in full)."""
+    from pathlib import Path
+
+    import yaml
+
+    from .params import check_device
+    from .runner import notebook_names, profile_params
+
+    extra = {**((yaml.safe_load(Path(params_file).read_text()) or {}) if params_file else {}), **overrides}
+    for name in notebooks or notebook_names():
+        params = {**profile_params(profile, name), **extra}
+        if "device" in params:
+            check_device(params["device"], here=params.get("executor", "local") == "local")
+
+
+def _file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file {text!r}")
+    return text
 
 
 def _positive(text: str) -> int:
@@ -76,6 +107,9 @@ def _positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .params import ParameterError
+    from .runner import notebook_names
+
     ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
     sub = ap.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="decode a few inputs with every method and print the statistics")
@@ -97,16 +131,22 @@ def main(argv: list[str] | None = None) -> int:
     study = sub.add_parser("study", help="run the study notebooks through papermill into a run folder")
     study.add_argument("--profile", default="toy", choices=("toy", "paper"),
                        help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box")
-    study.add_argument("--notebook", action="append", help="run only this notebook (name without .ipynb); repeatable")
+    study.add_argument("--notebook", action="append", choices=notebook_names(), metavar="NOTEBOOK",
+                       help="run only this notebook (name without .ipynb); repeatable")
     study.add_argument("--plan", action="store_true",
                        help="print the sweeps, the decodes still to run and an estimate of the hours; run nothing")
     study.add_argument("--out", default=None, help="run folder (default: runs/<profile>)")
     study.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                        help="override a parameter in every chosen notebook (YAML value), like papermill -p")
-    study.add_argument("--params", default=None, help="a YAML file of parameters for every chosen notebook")
+    study.add_argument("--params", default=None, type=_file,
+                       help="a YAML file of parameters for every chosen notebook")
     study.set_defaults(run=_study)
     args = ap.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except ParameterError as e:  # a bad parameter or machine, found before anything ran: one line, like argparse's
+        print(f"{ap.prog} {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
 """The notebooks' parameters, checked before anything loads: a papermill `-p` value or a YAML file with an unknown
 name, an unknown pair, split or device, a device this machine does not have, or an out-of-range threshold fails with
-a message naming the parameter."""
+a message naming the parameter (a ParameterError, a ValueError)."""
 
 from __future__ import annotations
+
+
+class ParameterError(ValueError):
+    """A bad parameter, or one this machine cannot serve, found before anything runs: `bildlab study` prints its
+    message as one line (exit status 2), without a traceback."""
 
 
 def check_params(params: dict, allowed: set | None = None) -> None:
@@ -15,7 +20,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
     if allowed is not None:
         unknown = sorted(set(params) - set(allowed))
         if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; this notebook takes: "
+            raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; this notebook takes: "
                              f"{', '.join(sorted(allowed))}")
 
     def as_list(name):
@@ -28,57 +33,60 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 if p is None and name == "reference_pairs":
                     continue
                 if p not in PAIRS:
-                    raise ValueError(f"{name}: unknown pair {p!r}; known pairs: {', '.join(PAIRS)}")
+                    raise ParameterError(f"{name}: unknown pair {p!r}; known pairs: {', '.join(PAIRS)}")
         elif name in ("fallback", "fallbacks", "bild_fallback"):
             for f in as_list(name):
                 try:
                     check_policy("bild", fallback=f)
-                except ValueError as e:
-                    raise ValueError(f"{name}: {e}") from None
+                except (ValueError, TypeError) as e:
+                    raise ParameterError(f"{name}: {e}") from None
         elif name in ("rollback", "rollbacks", "bild_rollback"):
             for r in as_list(name):
                 try:
                     check_policy("bild", rollback=float(r) if isinstance(r, str) else r)
                 except (ValueError, TypeError) as e:
-                    raise ValueError(f"{name}: {e}") from None
+                    raise ParameterError(f"{name}: {e}") from None
         elif name in ("k", "ks"):
             for k in as_list(name):
                 if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                    raise ValueError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
+                    raise ParameterError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
         elif name in ("limit", "val_limit"):
             v = params[name]
             for pair, n in (v.items() if isinstance(v, dict) else [(None, v)]):
                 if pair is not None and pair not in PAIRS:
-                    raise ValueError(f"{name}: unknown pair {pair!r}; known pairs: {', '.join(PAIRS)}")
+                    raise ParameterError(f"{name}: unknown pair {pair!r}; known pairs: {', '.join(PAIRS)}")
                 if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-                    raise ValueError(f"{name} must be None, an integer >= 1 or a dict of them per pair; got {v!r}")
+                    raise ParameterError(f"{name} must be None, an integer >= 1 or a dict of them per pair; got {v!r}")
         elif name == "rollback_rule":
             try:
                 check_policy("bild", rollback_rule=params[name])
-            except ValueError as e:
-                raise ValueError(f"rollback_rule: {e}") from None
+            except (ValueError, TypeError) as e:
+                raise ParameterError(f"rollback_rule: {e}") from None
         elif name in ("executor", "shard_size"):
             from .distributed import check
 
-            check(params.get("executor", "local"), params.get("shard_size"))
+            try:
+                check(params.get("executor", "local"), params.get("shard_size"))
+            except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
+                raise ParameterError(str(e)) from None
         elif name == "max_new_tokens":
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"max_new_tokens must be an integer >= 1; got {v!r}")
+                raise ParameterError(f"max_new_tokens must be an integer >= 1; got {v!r}")
         elif name in ("passes", "threads", "repeats"):
             v = params[name]
             if (isinstance(v, bool) or not isinstance(v, int) or v < 1) and not (name == "threads" and v is None):
-                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+                raise ParameterError(f"{name} must be an integer >= 1; got {v!r}")
         elif name in ("split", "val_split") and params[name] not in SPLITS:
-            raise ValueError(f"{name} must be one of {', '.join(SPLITS)}; got {params[name]!r}")
+            raise ParameterError(f"{name} must be one of {', '.join(SPLITS)}; got {params[name]!r}")
         elif name in ("tolerance", "degraded_tolerance"):
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"{name} must be a number >= 0; got {v!r}")
+                raise ParameterError(f"{name} must be a number >= 0; got {v!r}")
         elif name == "temperature":
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"temperature must be a number > 0; got {v!r}")
+                raise ParameterError(f"temperature must be a number > 0; got {v!r}")
         elif name == "device":
             check_device(params[name], here=params.get("executor", "local") == "local")
 
@@ -86,7 +94,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
     for name in ("limit", "val_limit"):  # a size per pair must cover every pair the notebook runs
         missing = sorted(named - set(params[name])) if isinstance(params.get(name), dict) else []
         if missing:
-            raise ValueError(f"{name} gives no size for pair(s) {', '.join(missing)}; give one per pair or one "
+            raise ParameterError(f"{name} gives no size for pair(s) {', '.join(missing)}; give one per pair or one "
                              f"for all")
 
 
@@ -101,16 +109,16 @@ def check_device(device, here: bool = True) -> None:
     except RuntimeError:
         parsed = None
     if parsed is None:
-        raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}, which torch does not parse as a "
+        raise ParameterError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}, which torch does not parse as a "
                          f"device string")
     if parsed.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}")
+        raise ParameterError(f"device must be 'cpu' or 'cuda[:n]'; got {device!r}")
     if parsed.type == "cpu" or not here:
         return
     if not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} was asked but this machine has no CUDA device (torch "
+        raise ParameterError(f"device: {device!r} was asked but this machine has no CUDA device (torch "
                          f"{torch.__version__} sees none); run on a GPU box or pass -p device cpu")
     count = torch.cuda.device_count()
     if parsed.index is not None and parsed.index >= count:
-        raise ValueError(f"device: {device!r} was asked but this machine has {count} CUDA device(s), cuda:0 to "
+        raise ParameterError(f"device: {device!r} was asked but this machine has {count} CUDA device(s), cuda:0 to "
                          f"cuda:{count - 1}; pass -p device cuda:0 (or another of them)")

@@ -39,6 +39,49 @@ def test_demo_unknown_pair_lists_the_known_ones():
         main(["demo", "--pair", "nope"])
 
 
+def test_a_bad_study_parameter_is_one_line(monkeypatch, capsys):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert main(["study", "-p", "limit", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert err == "bildlab study: error: limit must be None, an integer >= 1 or a dict of them per pair; got -5\n"
+    assert main(["study", "-p", "pairs", "[toy-mt"]) == 2
+    assert capsys.readouterr().err == "bildlab study: error: -p pairs: '[toy-mt' is not a YAML value\n"
+    for argv, words in ((["--notebook", "rq9"], "argument --notebook: invalid choice: 'rq9'"),
+                        (["--params", "nope.yaml"], "argument --params: no such file 'nope.yaml'")):
+        with pytest.raises(SystemExit) as e:
+            main(["study", *argv])
+        assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_an_error_while_running_is_not_a_usage_error(monkeypatch):
+    from bildlab import runner
+
+    def run_study(**kwargs):  # a ValueError from inside a run (a bug, a failing notebook) keeps its traceback
+        raise ValueError("inside a notebook")
+
+    monkeypatch.setattr(runner, "run_study", run_study)
+    with pytest.raises(ValueError, match="inside a notebook"):
+        main(["study", "--notebook", "rq1_small_writes_most"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the paper profile runs on this machine")
+def test_the_paper_profile_on_a_machine_without_cuda_stops_at_once():
+    import subprocess
+    import time
+
+    t0 = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "bildlab.cli", "study", "--profile", "paper"], capture_output=True,
+                         text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    seconds = time.perf_counter() - t0
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.splitlines() == [
+        f"bildlab study: error: device: 'cuda' was asked but this machine has no CUDA device (torch "
+        f"{__import__('torch').__version__} sees none); run on a GPU box or pass -p device cpu"]
+    assert seconds < 10, seconds
+
+
 def run_bench(monkeypatch, *argv) -> int:
     monkeypatch.setattr(sys, "argv", [str(BENCH), *argv])
     with pytest.raises(SystemExit) as e:
