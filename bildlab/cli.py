@@ -3,6 +3,7 @@
     bildlab demo        decode a few inputs with every method and print the statistics
     bildlab zoo         (re)build the toy model zoo in data/zoo and its card
     bildlab study       run the study notebooks through papermill (toy profile by default)
+    bildlab registry    look after a results registry (--migrate: keys of bildlab <= 0.2 to keys without versions)
 """
 
 from __future__ import annotations
@@ -67,12 +68,29 @@ def _study(args) -> int:
     if args.plan:
         from .plan import format_plan, plan
 
+        if args.recompute:
+            overrides["recompute"] = True
         print(format_plan(plan(args.profile, args.notebook, overrides), args.profile))
         return 0
     _check_machine(args.profile, args.notebook, args.params, overrides)
     from .runner import run_study
 
-    run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params)
+    run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params,
+              recompute=args.recompute)
+    return 0
+
+
+def _registry(args) -> int:
+    from pathlib import Path
+
+    from .evaluate import migrate
+
+    for root in args.root:
+        if not Path(root).is_dir():
+            print(f"bildlab registry: error: no registry folder {root!r}", file=sys.stderr)
+            return 2
+        if args.migrate:
+            print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
     return 0
 
 
@@ -140,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="override a parameter in every chosen notebook (YAML value), like papermill -p")
     study.add_argument("--params", default=None, type=_file,
                        help="a YAML file of parameters for every chosen notebook")
+    study.add_argument("--recompute", action="store_true",
+                       help="recompute the records that other library versions made (default: replay them)")
     study.set_defaults(run=_study)
+    registry = sub.add_parser("registry", help="look after a results registry")
+    registry.add_argument("root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)")
+    registry.add_argument("--migrate", action="store_true", required=True,
+                          help="move records keyed by library versions (bildlab <= 0.2) to keys without them")
+    registry.set_defaults(run=_registry)
     args = ap.parse_args(argv)
     try:
         return args.run(args)

@@ -12,9 +12,11 @@ policy of the sweep that has no record yet run round-robin in a rotating order; 
 G + 2 decodes per example (G + 1 with hf_baseline=False). Speculative sampling is compared with the large model
 sampling alone (same temperature, same seed per example) instead.
 
-The registry key holds everything that determines a run (pair, task, split, limit, method, draft, policy, seed,
-max_new_tokens, device, the protocol's thread count and repeats, the timing pass, versions, model files); a second,
-independent timing of the same policies is `timing_pass=2`.
+The registry key holds everything that defines a run (pair, task, split, limit, method, draft, policy, seed,
+max_new_tokens, the device type, the protocol's thread count and repeats, the timing pass, the model files and the
+data); a second, independent timing of the same policies is `timing_pass=2`. The library versions a record was made
+with are provenance in the record (`versions`): records are replayed under other releases, and `recompute=True`
+recomputes those made under versions other than this environment's.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, distributed, plan, tasks, timing
+from . import distributed, plan, tasks, timing
 from .benchmark import _transformers_version, hf_generate
 from .decoding import _eos_ids, check_policy, generate
 from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
 from .models import provenance as models_provenance
-from .registry import DEFAULT_REGISTRY, Registry, digest
+from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
 from .summary import summarize
 
 DRAFTS = ("small", "aligned", "early-exit")
@@ -148,9 +150,7 @@ def _fingerprint(name: str, draft: str, root: str) -> str:
 
 def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, max_new_tokens: int, device: str,
             threads, repeats: int, hf_baseline: bool, timing_pass: int, provenance: bool = True) -> dict:
-    """The registry key of one policy of a sweep: everything that determines its record."""
-    import transformers
-
+    """The registry key of one policy of a sweep: what defines its record (library versions are not part of it)."""
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
                        e["temperature"], e["rollback_rule"])
@@ -158,19 +158,30 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
     return {"pair": pair, "task": task, "split": split, "limit": limit, "method": e["method"], "draft": draft,
             "policy": policy, "baseline": "sample" if e["do_sample"] else "greedy",
             "secondary": "hf_greedy" if hf_baseline and not e["do_sample"] else None, "seed": seed,
-            "max_new_tokens": max_new_tokens, "device": device, "threads": threads, "repeats": repeats,
-            "timing_pass": timing_pass, "bildlab": __version__, "torch": torch.__version__,
-            "transformers": transformers.__version__,
+            "max_new_tokens": max_new_tokens, "device": torch.device(device).type, "threads": threads,
+            "repeats": repeats, "timing_pass": timing_pass,
             **(_provenance(pair, task, split, draft or "small") if provenance else {})}
 
 
+def rekey(key: dict) -> dict:
+    """The key of a record made by bildlab <= 0.2, whose key held the library versions (`Registry.migrate` takes
+    those out): the device type instead of the device, and the toy data's version (then the package's)."""
+    return {**key, "device": torch.device(key["device"]).type,
+            "data": key.get("data") or _data_provenance(key["task"], key["split"])}
+
+
+def migrate(registry: str | Path | Registry = DEFAULT_REGISTRY) -> int:
+    """Move a registry's records to keys without library versions; returns how many moved (none recomputed)."""
+    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    return reg.migrate(rekey)
+
+
 def _provenance(pair: str, task: str, split: str, draft: str) -> dict:
-    """What the outputs are a function of besides the policy: a toy pair's model files (content hash; the toy tasks'
-    generators are versioned with the package), or a paper pair's repos and commits and its data's source, commit,
-    file hashes and preprocessing version."""
-    if pair in TOY_PAIRS:
-        return {"models": _fingerprint(pair, draft, str(zoo_dir()))}
-    return {"models": models_provenance(pair, draft), "data": _data_provenance(task, split)}
+    """What the outputs are a function of besides the policy: a toy pair's model files (content hash) and its task's
+    generator version, or a paper pair's repos and commits and its data's source, commit, file hashes and
+    preprocessing version."""
+    models = _fingerprint(pair, draft, str(zoo_dir())) if pair in TOY_PAIRS else models_provenance(pair, draft)
+    return {"models": models, "data": _data_provenance(task, split)}
 
 
 @lru_cache(maxsize=16)
@@ -195,10 +206,11 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
           hf_baseline: bool = True, timing_pass: int = 1,
           registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
           progress: bool = True, executor: str = "local", shard_size: int | None = None, check_only: bool = False,
-          **common) -> list[dict] | None:
+          recompute: bool = False, **common) -> list[dict] | None:
     """Evaluate every policy of `grid` (dicts of POLICY_ARGS over `common`) on the same examples; one record each.
 
-    Every entry is checked before anything runs. Policies with a record in the registry are not rerun; the others
+    Every entry is checked before anything runs. Policies with a record in the registry are not rerun (whatever
+    library versions made it; `recompute=True` reruns those made under other versions, `force=True` all); the others
     are timed together, interleaved with one vanilla run per example (module docstring). Finished examples are
     checkpointed, so an interrupted sweep resumes where it stopped; records appear whole or not at all.
     `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port" fan them out in shards
@@ -225,13 +237,18 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
             raise
         # planning offline: the models' commits are unknown, so nothing can be looked up; everything is to run
         keys, reg = [run_key(pair, task, split, limit, e, **common_key, provenance=False) for e in entries], None
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be True or False; got {recompute!r}")
     found = [None if reg is None or force else reg.get(key) for key in keys]
+    if recompute:
+        here = versions()
+        found = [None if rec is not None and differences(rec.get("versions"), here) else rec for rec in found]
     todo = [i for i, rec in enumerate(found) if rec is None]
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
     if plan.active():  # `bildlab study --plan`: note what would run, run nothing
         n, todo = _size(task, split, limit), plan.unplanned(keys, todo)
         return plan.record(pair, task, split, n, todo, len(runner_names([entries[i] for i in todo], hf_baseline)),
-                           keys)
+                           keys, found)
     if todo:
         made = _run(pair, task, split, limit, [entries[i] for i in todo], [keys[i] for i in todo], reg,
                     seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
@@ -367,7 +384,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
     for m in where:
         if m not in machines:
             machines.append(m)
-    records = []
+    records, made_with = [], versions()
     for n, (e, key) in enumerate(zip(spec["entries"], keys)):
         base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
         rows = []
@@ -381,7 +398,8 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                          "hf_seconds": h["seconds"] if h else None,
                          "hf_identical": h["tokens"] == b["tokens"] if h else None,
                          "machine": machines.index(where[i])})
-        records.append({"key": key, "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
+        records.append({"key": key, "versions": made_with,
+                        "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep},
                         "machines": machines, "examples": rows})

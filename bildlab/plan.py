@@ -3,8 +3,9 @@ policies without a record in the registry, the number of decodes, and an estimat
 
     bildlab study --profile paper --plan
 
-While `planning()` is active, `evaluate.sweep` records each sweep here and returns placeholder records (neutral
-numbers: speedup 1, no quality change, every output identical), so the study functions run through without a model.
+While `planning()` is active, `evaluate.sweep` records each sweep here and returns the records the registry has and
+placeholder records for the others (neutral numbers: speedup 1, no quality change, every output identical), so the
+study functions run through without a model, and a finished registry plans nothing.
 Where a policy is chosen from measured numbers (RQ5's rows), the plan counts the largest number that can be chosen.
 A record that several notebooks share (RQ3, RQ4 and RQ5 sweep the same validation grid) is counted once, where the
 first notebook would compute it.
@@ -54,13 +55,15 @@ def unplanned(keys: list[dict], todo: list[int]) -> list[int]:
     return fresh
 
 
-def record(pair: str, task: str, split: str, n: int, todo: list[dict], runners: int, keys: list[dict]) -> list[dict]:
-    """Note a sweep (its `runners` decodes per example for `n` examples) and return placeholder records."""
+def record(pair: str, task: str, split: str, n: int, todo: list[dict], runners: int, keys: list[dict],
+           found: list[dict | None]) -> list[dict]:
+    """Note a sweep (its `runners` decodes per example for `n` examples) and return its records: those the registry
+    has (`found`), so that choices made from them come out as in a real run, and placeholders for the others."""
     _SWEEPS.append({"pair": pair, "task": task, "split": split, "examples": n, "policies": len(keys),
                     "to_run": len(todo), "decodes": n * runners if todo else 0})
     from .tasks import task_metric
 
-    return [_placeholder(key, n, task_metric(task)) for key in keys]
+    return [rec if rec is not None else _placeholder(key, n, task_metric(task)) for key, rec in zip(keys, found)]
 
 
 def _placeholder(key: dict, n: int, metric: str) -> dict:

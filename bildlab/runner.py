@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -32,8 +33,12 @@ def profile_params(profile: str, name: str) -> dict:
 
 
 def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str | os.PathLike | None = None,
-              overrides: dict | None = None, params_file: str | None = None, progress: bool = True) -> list[Path]:
+              overrides: dict | None = None, params_file: str | None = None, progress: bool = True,
+              recompute: bool = False) -> list[Path]:
     """Execute the chosen notebooks (default: all) with papermill into `out`.
+
+    Records are replayed from the registry whatever library versions made them; where those differ from this
+    environment's, one line says so. `recompute=True` recomputes such records (in place: the study stays where it is).
 
     The toy profile with the stored parameters writes the executed notebooks back into notebooks/ (what JupyterLab
     opens and nbval checks); any other profile or parameter goes to runs/<profile> by default. All parameters of all
@@ -64,7 +69,10 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
             params.setdefault("registry", "../runs/toy/results")
             params.setdefault("figures", "../runs/toy/figures")
         check_params({**notebook_defaults(name), **params}, allowed)  # the overrides with what they meet
+        if recompute:
+            params["recompute"] = True
         plan.append((name, path, params))
+    print(replay_note({registry_of(name, params) for name, _, params in plan}, recompute), file=sys.stderr)
     stored = profile == "toy" and not extra
     out = Path(out or (NOTEBOOKS if stored else ROOT / "runs" / profile))
     out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +146,36 @@ def _clean(path: Path) -> None:
 
 
 START, END = "<!-- toy-results:start -->", "<!-- toy-results:end -->"
+
+
+def registry_of(name: str, params: dict) -> Path:
+    """The registry folder a notebook run reads and writes (its `registry` parameter is relative to notebooks/)."""
+    return (NOTEBOOKS / params.get("registry", notebook_defaults(name)["registry"])).resolve()
+
+
+def replay_note(registries, recompute: bool = False) -> str:
+    """One line on what a run will reuse: the number of records, and the library versions that made them where these
+    differ from this environment's. A registry whose keys still hold library versions (bildlab <= 0.2) fails with
+    the command that migrates it."""
+    from .registry import Registry, differences, versions
+
+    here, total, n, differ = versions(), 0, 0, {}
+    for root in sorted(registries):
+        survey = Registry(root).survey()
+        if survey["old_keys"]:
+            raise ValueError(f"{root} holds {survey['old_keys']} records keyed by library versions (bildlab <= 0.2); "
+                             f"run `bildlab registry --migrate {root}` once (nothing is recomputed)")
+        total += survey["records"]
+        for made, count in survey["versions"].items():
+            diff = differences(json.loads(made), here)
+            n += count if diff else 0
+            for name, (old, _) in diff.items():
+                differ.setdefault(name, set()).add(old)
+    if not differ:
+        return f"[study] {total} records in the registry, made with this environment's library versions"
+    made = "; ".join(f"{name} {', '.join(sorted(vs))} (here {here[name]})" for name, vs in sorted(differ.items()))
+    todo = "recomputing them (--recompute)" if recompute else "replaying them (--recompute recomputes them)"
+    return f"[study] {total} records in the registry; {n} were made with other library versions: {made}; {todo}"
 
 
 def notebook_defaults(name: str) -> dict:

@@ -398,7 +398,8 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                               "draft": draft}
         names = list(chosen)
         unique = list({json.dumps(v, sort_keys=True): v for v in chosen.values()}.values())
-        if ev.plan.active():  # planning: count as many distinct chosen policies as there are rows to fill
+        if any(r.get("placeholder") for r in val):  # planning without the validation records: count as many
+            # distinct chosen policies as there are rows to fill
             unique = [{**g, "draft": d} for d in ("small", "aligned") for g in grid[:3]]
             chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
         tests = {p: ev.sweep(pair, unique, timing_pass=p, **run) for p in range(1, passes + 1)} if unique else {}

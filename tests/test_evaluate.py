@@ -96,7 +96,8 @@ def test_the_key_separates_runs_and_ignores_unused_parameters(fake_zoo):
     assert ev.policy_of("speculative", 4, 0.1, 2.0, 3) == ev.policy_of("speculative", 4, 0.9, 7.0, 5) == {"k": 4}
     assert ev.policy_of("greedy", 2, 0.1, 2.0, 3) == {}
     k = key({})
-    for field in ("pair", "task", "split", "limit", "method", "policy", "seed", "bildlab", "torch", "transformers",
+    assert not {"bildlab", "torch", "transformers"} & set(k)  # library versions are provenance, in the record
+    for field in ("pair", "task", "split", "limit", "method", "policy", "seed", "data",
                   "models", "draft", "baseline", "secondary", "max_new_tokens", "device", "threads", "repeats",
                   "timing_pass"):
         assert field in k

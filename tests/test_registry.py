@@ -1,0 +1,171 @@
+"""The results registry: keys that define experiments (library versions are provenance), replay under other versions,
+migration of old keys, malformed files reported and recomputed, a plan that reads what exists, and the lock."""
+
+import json
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from bildlab import evaluate as ev
+from bildlab import plan, registry, runner
+
+FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _no_decode(monkeypatch):
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a record was recomputed"))
+
+
+def _other_transformers(monkeypatch):
+    """This environment, as if another transformers release were installed."""
+    real = registry.versions()
+    fake = lambda: {**real, "transformers": "5.0.1"}  # noqa: E731
+    monkeypatch.setattr(registry, "versions", fake)
+    monkeypatch.setattr(ev, "versions", fake)
+    return real
+
+
+def test_the_key_defines_the_experiment_and_the_record_states_its_versions(fake_zoo, tmp_path):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, **FAST)
+    key = run["key"]
+    assert not {"bildlab", "torch", "transformers", "tokenizers", "python"} & set(key)
+    assert key["device"] == "cpu" and key["data"] == {"task": "toy-mt", "version": ev.tasks.toy.VERSION}
+    assert run["versions"] == registry.versions()
+    assert run["versions"]["transformers"] == metadata.version("transformers")
+    k = dict(seed=0, max_new_tokens=8, threads=1, repeats=1, hf_baseline=True, timing_pass=1)
+    assert ev.run_key("toy-mt", "toy-mt", "test", 6, {}, device="cuda:1", **k)["device"] == "cuda"  # the type
+
+
+def test_records_replay_under_other_library_versions_and_recompute_on_request(fake_zoo, tmp_path, monkeypatch):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    grid = [{"fallback": 0.3}, {"fallback": 0.6}]
+    first = ev.sweep("toy-mt", grid, registry=tmp_path, **FAST)
+    real, real_pair = _other_transformers(monkeypatch), ev._pair
+    _no_decode(monkeypatch)
+    assert ev.sweep("toy-mt", grid, registry=tmp_path, **FAST) == first  # replayed as they are
+    note = runner.replay_note({tmp_path})
+    assert "\n" not in note and "2 records" in note
+    assert f"transformers {real['transformers']} (here 5.0.1)" in note and "--recompute" in note
+    monkeypatch.setattr(ev, "_pair", real_pair)
+    again = ev.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
+    assert [r["versions"]["transformers"] for r in again] == ["5.0.1", "5.0.1"]
+    assert [r["key"] for r in again] == [r["key"] for r in first]  # the same experiments, new records
+    assert len(list(tmp_path.rglob("*.json"))) == 2
+    assert "made with this environment's library versions" in runner.replay_note({tmp_path})
+    with pytest.raises(TypeError, match="recompute must be True or False"):
+        ev.sweep("toy-mt", grid, registry=tmp_path, recompute="yes", **FAST)
+
+
+def test_records_keyed_by_versions_are_migrated_not_recomputed(fake_zoo, tmp_path, monkeypatch):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, **FAST)
+    (path,) = tmp_path.rglob("*.json")
+    old_key = {k: v for k, v in run["key"].items() if k != "data"}
+    old_key.update(bildlab="0.2.0", torch="2.13.0+cpu", transformers="5.24.0")
+    old = {k: v for k, v in run.items() if k != "versions"} | {"key": old_key}
+    path.unlink()
+    reg = registry.Registry(tmp_path)
+    reg.put(old_key, old)
+    with pytest.raises(ValueError, match=r"1 records keyed by library versions.*bildlab registry --migrate"):
+        runner.replay_note({tmp_path})
+    assert ev.migrate(tmp_path) == 1 and ev.migrate(tmp_path) == 0
+    (moved,) = tmp_path.rglob("*.json")
+    record = json.loads(moved.read_text())
+    assert record["key"] == run["key"] and moved == reg.path(run["key"])
+    assert record["versions"] == {"bildlab": "0.2.0", "torch": "2.13.0+cpu", "transformers": "5.24.0"}
+    assert record["examples"] == run["examples"] and record["summary"] == run["summary"]
+    _no_decode(monkeypatch)
+    assert ev.evaluate("toy-mt", method="bild", registry=tmp_path, **FAST)["examples"] == run["examples"]
+
+
+@pytest.mark.parametrize("content", ["[]", "null", "42", '"text"', '{"key": 1}', "{truncated", "other key"])
+def test_a_malformed_record_is_reported_and_recomputed(fake_zoo, tmp_path, content):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    first = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
+    (path,) = tmp_path.rglob("*.json")
+    if content == "other key":  # a well-formed record, but of another experiment than its file name says
+        content = json.dumps({**first, "key": {**first["key"], "seed": 7}})
+    path.write_text(content)
+    with pytest.warns(UserWarning, match="corrupt results record"):
+        again = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
+    assert [r["output"] for r in again["examples"]] == [r["output"] for r in first["examples"]]
+    assert json.loads(path.read_text())["key"] == first["key"]  # rewritten whole
+    path.write_text(content)
+    with pytest.warns(UserWarning, match="corrupt results record"):
+        assert registry.Registry(tmp_path).records() == []  # reported and skipped, never a crash
+
+
+@pytest.mark.parametrize("content", ["[]", "null", "42", '{"key": null, "rows": []}', '{"rows": {"0": 5}}'])
+def test_a_malformed_checkpoint_is_reported_and_the_sweep_starts_over(fake_zoo, tmp_path, content):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    reg = registry.Registry(tmp_path)
+    sweep_key = {"keys": [{"a": 1}], "runners": ["greedy"]}
+    path = reg._partial(sweep_key)
+    path.parent.mkdir(parents=True)
+    path.write_text(content.replace("null", json.dumps(sweep_key)) if content.startswith('{"key"') else content)
+    with pytest.warns(UserWarning, match="unusable checkpoint"):
+        assert reg.load_partial(sweep_key) == {}
+
+
+def test_a_plan_reads_the_records_that_exist(fake_zoo, tmp_path, monkeypatch):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    grid = [{"fallback": 0.3}, {"fallback": 0.6}]
+    made = ev.sweep("toy-mt", grid, registry=tmp_path, **FAST)
+    _no_decode(monkeypatch)
+    with plan.planning() as sweeps:
+        records = ev.sweep("toy-mt", grid + [{"fallback": 0.9}], registry=tmp_path, **FAST)
+    assert records[:2] == made and records[2].get("placeholder")  # choices from real numbers where they exist
+    assert sweeps[0]["to_run"] == 1
+    _other_transformers(monkeypatch)
+    with plan.planning() as sweeps:
+        ev.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
+    assert sweeps[0]["to_run"] == 2  # --recompute --plan: what other versions made is to run
+
+
+@pytest.mark.slow
+def test_the_committed_study_plans_nothing_to_run(monkeypatch):
+    """The committed registry holds every record the six notebooks read: a replay computes nothing."""
+    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    rows = plan.plan("toy")
+    assert {r["notebook"]: r["decodes"] for r in rows} == dict.fromkeys(runner.notebook_names(), 0)
+
+
+def test_the_lock_pins_every_package_the_study_and_the_tests_import():
+    lock = (ROOT / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+)$", lock, re.M))
+    norm = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in pins.items()}
+    assert "torch" in norm and "+" not in norm["torch"]  # the public version: the CUDA build matches it on a GPU box
+
+    def closure(name, extras=(), seen=None):  # every distribution `name` (with `extras`) needs here
+        seen = set() if seen is None else seen
+        for line in metadata.requires(name) or []:
+            req = Requirement(line)
+            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in (*extras, "")):
+                continue
+            dep = re.sub(r"[-_.]+", "-", req.name).lower()
+            if dep not in seen:
+                seen.add(dep)
+                closure(dep, tuple(req.extras), seen)
+        return seen
+
+    needed = closure("bildlab", ("notebooks", "test", "ray"))
+    assert needed and not sorted(needed - set(norm))
+    for name in ("torch", "transformers", "tokenizers", "papermill", "nbval", "scipy"):
+        assert metadata.version(name).split("+")[0] == norm[name], name  # this environment is the lock's
+    env = (ROOT / "environment.yml").read_text()
+    assert "-c requirements.lock" in env and f"torch=={norm['torch']}" in env
+    make = subprocess.run(["make", "-n", "setup"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert make.count("-c requirements.lock") == 2
+
+
+def test_the_cli_migrates_a_registry(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "bildlab.cli", "registry", "--migrate", str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    assert "0 records moved" in out.stdout
