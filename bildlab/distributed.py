@@ -3,7 +3,7 @@
     sweep("toy-mt", grid, limit=300, executor="ray", shard_size=20)        # a Ray runtime on this machine
     sweep("cnn_dailymail", grid, device="cuda", executor="ray://head:10001")  # an existing cluster by address
 
-The unit of work is a shard: a run of consecutive example indices of one sweep, timed by `evaluate.time_shard` in
+The unit of work is a shard: a run of consecutive example indices of one sweep, timed by `shard.time_shard` in
 one Ray task that holds one whole device (one GPU, or `threads` CPU cores on a CPU-only cluster). There the vanilla
 runners and every policy of the sweep are interleaved on those examples under the one timing protocol, exactly as
 on one machine (each shard warms up on its own first examples). The driver gathers the shards' rows as they finish
@@ -13,7 +13,9 @@ inside a task is a bug and fails the sweep at once.
 
 Executors: "local" (this process, no Ray; the default), "ray" (the Ray runtime of this process if one is up, else a
 new one on this machine with all its GPUs and cores, or the cluster named by $RAY_ADDRESS), "auto" (the Ray cluster
-already running on this machine, `ray start --head`) and "ray://host:port" (a cluster by its client address).
+already running on this machine, `ray start --head`) and "ray://host:port" (a cluster by its client address). A sweep
+that connected to Ray disconnects when it ends (a runtime it started stops); a connection made before it
+(`ray.init()`) is reused and left open.
 Ray is an optional extra: pip install -e ".[ray]".
 """
 
@@ -84,7 +86,7 @@ def _shard(spec: dict, indices: list[int], env: dict) -> dict[int, dict]:
             os.environ[k] = env[k]
         else:
             os.environ.pop(k, None)
-    from .evaluate import time_shard
+    from .shard import time_shard
 
     if str(spec["device"]).startswith("cuda"):
         spec = {**spec, "device": "cuda"}  # Ray makes the task's GPU the only visible one
@@ -97,7 +99,17 @@ def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray"
     called in the driver as each shard finishes. On any error or interrupt the shards still running are cancelled
     (what finished has been handed to on_rows)."""
     check(executor, shard_size)
-    ray = connect(executor)
+    ray = _ray()
+    own = not ray.is_initialized()  # this sweep connects (starting a runtime for "ray"), and disconnects at its end
+    connect(executor)
+    try:
+        _run_shards(ray, spec, indices, on_rows, shard_size, progress)
+    finally:
+        if own:  # a Jupyter kernel stopped while still connected gets SIGTERM, and Ray prints a 30-line stack dump
+            ray.shutdown()
+
+
+def _run_shards(ray, spec, indices, on_rows, shard_size, progress) -> None:
     res = resources(spec["device"], spec["threads"])
     total = ray.cluster_resources()
     if res.get("num_gpus") and total.get("GPU", 0) < 1:
@@ -128,6 +140,6 @@ def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray"
                     bar.update()
     finally:
         for ref in pending:
-            ray.cancel(ref)  # a KeyboardInterrupt in the task; its worker stays for the next sweep
+            ray.cancel(ref)  # a KeyboardInterrupt in the task
         if bar is not None:
             bar.close()

@@ -13,6 +13,7 @@ import pytest
 
 from bildlab import distributed, tasks
 from bildlab import evaluate as ev
+from bildlab import shard
 from bildlab.summary import summarize
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
@@ -69,7 +70,7 @@ def test_a_ray_sweep_in_shards_gives_the_records_of_a_local_run(ray_runtime, fak
     assert far[0]["summary"]["identical_count"] == 6  # greedy speculative decoding: lossless in every shard
 
     # a rerun with either executor finds the records
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("the rerun recomputed"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("the rerun recomputed"))
     assert ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", **FAST) == far
 
 
@@ -144,6 +145,33 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_ru
     assert [untimed(r) for r in runs] == [untimed(r) for r in local]
 
 
+KERNEL = """
+import sys
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name="python3")
+reply = kc.execute_interactive(sys.argv[1], timeout=240)
+kc.stop_channels()
+km.shutdown_kernel()
+sys.exit(reply["content"]["status"] != "ok")
+"""
+
+
+def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo, tmp_path):
+    # a study notebook's kernel, stopped while still connected to Ray, got SIGTERM and Ray printed a stack dump
+    pytest.importorskip("ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"')
+    import subprocess
+
+    code = (f"import ray; from bildlab import evaluate as ev; ev.sweep('toy-mt', [{{'method': 'speculative', 'k': 2}}], "
+            f"registry={str(tmp_path / 'reg')!r}, executor='ray', limit=2, max_new_tokens=4, warmup=0, "
+            f"progress=False); assert not ray.is_initialized()")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a runtime of its own, started by the sweep
+    run = subprocess.run([sys.executable, "-c", KERNEL, code], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(list((tmp_path / "reg").rglob("*.json"))) == 1  # the sweep ran
+    assert "SIGTERM received" not in run.stderr, run.stderr[-3000:]
+
+
 # -- without Ray (these run everywhere)
 
 
@@ -151,7 +179,7 @@ def test_without_ray_the_local_executor_works_and_the_ray_one_names_the_extra(fa
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if it were not installed
     run = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
     assert run["summary"]["examples"] == 6 and run["machines"][0]["device"] == "cpu"
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     for executor in ("ray", "auto", "ray://head:10001"):
         with pytest.raises(ImportError, match=r'optional extra of bildlab: pip install -e "\.\[ray\]"'):
             ev.evaluate("toy-mt", method="bild", registry=tmp_path, executor=executor, **FAST)
@@ -168,7 +196,7 @@ def test_without_ray_the_local_executor_works_and_the_ray_one_names_the_extra(fa
     (dict(shard_size=2.5), ["shard_size"]),
 ])
 def test_bad_executor_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs, words):
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError) as info:
         ev.evaluate("toy-mt", registry=tmp_path, progress=False, **kwargs)
     for w in words:
