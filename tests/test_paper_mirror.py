@@ -45,6 +45,8 @@ def build_datasets(root: Path) -> None:
     write_parquet(iwslt / "iwslt2017-de-en" / "test" / "0000.parquet", translation("de-en", 2, "deen-test"))
     write_parquet(iwslt / "iwslt2017-en-de" / "validation" / "0000.parquet", translation("en-de", 888, "ende"))
     write_parquet(iwslt / "iwslt2017-nl-ro" / "iwslt2017-validation.parquet", translation("nl-ro", 3, "nlro"))
+    # a large split that the converter converted in part only: {config}/partial-{split}/0000.parquet
+    write_parquet(iwslt / "iwslt2017-de-en" / "partial-train" / "0000.parquet", translation("de-en", 4, "deen-train"))
     # wmt/wmt14 (main): {config}/{split}-00000-of-00001.parquet, other configs beside it
     wmt = root / "wmt" / "wmt14"
     write_parquet(wmt / "de-en" / "validation-00000-of-00001.parquet", translation("de-en", 3000, "wmt"))
@@ -180,7 +182,25 @@ def test_row_counts_are_checked(mirrored):
     # both pairs' files read together (data_dir "" matches every folder's split with the glob) would be caught
     with pytest.raises(ValueError, match="1776 rows .* expected 888"):
         load_task("iwslt2017-de-en", "validation", data_dir="*", rows=888)
-    assert [tasks.SOURCES[t].rows["validation"] for t in FULL] == list(FULL.values())
+    # the counts the plan reads are the examples the loader yields from the full splits (XSum: 5 empty rows dropped)
+    assert {t: len(load_task(t, "validation")) for t in FULL} == {t: tasks.SOURCES[t].rows["validation"] for t in FULL}
+    assert tasks.SOURCES["xsum"].rows["validation"] == 11327
+
+
+def test_a_partly_converted_split_is_found_and_its_size_checked(mirrored):
+    assert load_task("iwslt2017-de-en", "train", rows=4, limit=1) == [
+        {"source": "deen-train de satz 0 .", "target": "deen-train en sentence 0 ."}]
+    assert provenance("iwslt2017-de-en", "train", rows=4)["files"] == ["iwslt2017-de-en/partial-train/0000.parquet"]
+    with pytest.raises(ValueError, match=r"4 rows in iwslt2017-de-en/partial-train/0000.parquet, expected 206112 "
+                                         r"\(the full split\); another revision or a partial copy"):
+        load_task("iwslt2017-de-en", "train")
+
+
+def test_xsum_with_another_count_of_empty_documents_is_caught(tmp_path):
+    docs = [{"document": "" if i < 4 else f"Story {i}.", "summary": f"Rain {i}.", "id": str(i)} for i in range(11332)]
+    write_parquet(tmp_path / "EdinburghNLP" / "xsum" / "default" / "validation" / "0000.parquet", docs)
+    with pytest.raises(ValueError, match="xsum validation: 4 rows with an empty source or target, expected 5"):
+        load_task("xsum", "validation", mirror=tmp_path)
 
 
 def test_wmt_reads_only_its_config_and_split(mirrored):
@@ -247,8 +267,8 @@ def test_hub_route_fetches_only_the_split(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
     assert len(load_task("iwslt2017-de-en", "validation", rows=2)) == 2
     assert calls == [("IWSLT/iwslt2017", "dataset", "refs/convert/parquet",
-                      ["iwslt2017-de-en/validation/*.parquet", "iwslt2017-de-en/*-validation.parquet",
-                       "iwslt2017-de-en/*-validation-*-of-*.parquet"])]
+                      ["iwslt2017-de-en/validation/*.parquet", "iwslt2017-de-en/partial-validation/*.parquet",
+                       "iwslt2017-de-en/*-validation.parquet", "iwslt2017-de-en/*-validation-*-of-*.parquet"])]
     assert provenance("iwslt2017-de-en", "validation", rows=2)["resolved"] == COMMIT
 
 

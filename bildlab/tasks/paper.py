@@ -5,14 +5,15 @@ datasets >= 4 refuses loading scripts and ids without a namespace, so the tasks 
     task             repo, revision                              folder (data_dir)   validation rows
     iwslt2017-de-en  IWSLT/iwslt2017, refs/convert/parquet       iwslt2017-de-en     888 (dev2010)
     wmt14-de-en      wmt/wmt14, main                             de-en               3000 (newstest2013)
-    xsum             EdinburghNLP/xsum, refs/convert/parquet     default             11332 (11327 non-empty)
+    xsum             EdinburghNLP/xsum, refs/convert/parquet     default             11332 (11327 examples)
     cnn_dailymail    abisee/cnn_dailymail, main                  3.0.0               13368
 
 Only the files of the requested split are fetched (`huggingface_hub.snapshot_download` with `allow_patterns`; a WMT14
 load would otherwise fetch the 4.5M-row training set), or read from a local mirror ($BILDLAB_MIRROR, `bildlab.mirror`).
 The IWSLT export holds every language pair, each in its own folder: the folder (`data_dir`) picks de-en, and the
 row count (888, not 888 x the number of pairs) is checked. Rows with an empty source or target are dropped (XSum has
-5 empty documents in validation) after the count check. Every part is overridable: `repo`, `revision`, `data_dir`,
+5 empty documents in validation) after the count check; `SOURCES[...].rows` are the examples the loader yields from
+each full split (what the plan counts), `empty` the rows it drops where they were counted. Every part is overridable: `repo`, `revision`, `data_dir`,
 `data_files` (local files holding the whole split), `rows` (the expected row count, e.g. of a partial mirror).
 """
 
@@ -22,7 +23,7 @@ import csv
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import mirror as _mirror
@@ -31,9 +32,10 @@ PAPER_TASKS = ("iwslt2017-de-en", "wmt14-de-en", "xsum", "cnn_dailymail")
 PREPROCESSING = 1  # the version of the rows -> examples mapping (columns, dropped rows): bump when it changes
 
 # File layouts of a split inside `data_dir`, tried in order (the first that matches any file wins):
-# the parquet converter's under refs/convert/parquet, {split}/0000.parquet since 2023 and {dataset}-{split}.parquet
+# the parquet converter's under refs/convert/parquet, {split}/0000.parquet since 2023 (partial-{split}/0000.parquet
+# for a split it converted only the first part of: the row count check then says so) and {dataset}-{split}.parquet
 # before (some IWSLT language pairs still have it), and push_to_hub's {split}-00000-of-00001.parquet.
-CONVERTED = ("{split}/*.parquet", "*-{split}.parquet", "*-{split}-*-of-*.parquet")
+CONVERTED = ("{split}/*.parquet", "partial-{split}/*.parquet", "*-{split}.parquet", "*-{split}-*-of-*.parquet")
 PUSHED = ("{split}-*.parquet",)
 
 
@@ -45,7 +47,8 @@ class Source:
     layouts: tuple[str, ...]
     source: tuple[str, ...]  # the column (and key) holding the source text
     target: tuple[str, ...]
-    rows: dict  # published full-split row counts
+    rows: dict  # the examples of each full split: its published row count less the empty rows dropped (`empty`)
+    empty: dict = field(default_factory=dict)  # rows with an empty source or target, where counted (else none known)
 
 
 _DE_EN = (("translation", "de"), ("translation", "en"))
@@ -55,8 +58,9 @@ SOURCES = {
     # the validation split of wmt14 de-en is newstest2013, its test split newstest2014
     "wmt14-de-en": Source("wmt/wmt14", "main", "de-en", PUSHED, *_DE_EN,
                           {"train": 4508785, "validation": 3000, "test": 3003}),
+    # validation: 11,332 rows, 5 of them with an empty document; the empty rows of train and test are not counted here
     "xsum": Source("EdinburghNLP/xsum", "refs/convert/parquet", "default", CONVERTED, ("document",), ("summary",),
-                   {"train": 204045, "validation": 11332, "test": 11334}),
+                   {"train": 204045, "validation": 11327, "test": 11334}, {"validation": 5}),
     "cnn_dailymail": Source("abisee/cnn_dailymail", "main", "3.0.0", PUSHED, ("article",), ("highlights",),
                             {"train": 287113, "validation": 13368, "test": 11490}),
 }
@@ -89,7 +93,7 @@ def resolve(name: str, split: str, *, repo=None, revision=None, data_dir=None, d
     default = repo is None and revision is None and data_dir is None and data_files is None
     info = {"task": name, "split": split, "repo": repo or src.repo, "revision": revision or src.revision,
             "data_dir": src.data_dir if data_dir is None else data_dir, "resolved": None,
-            "rows": rows if rows is not None else (src.rows.get(split) if default else None),
+            "rows": rows if rows is not None else (_published(src, split) if default else None),
             "preprocessing": PREPROCESSING}
     if data_files is not None:
         files = _local_files(data_files)
@@ -123,11 +127,17 @@ def resolve(name: str, split: str, *, repo=None, revision=None, data_dir=None, d
     return info
 
 
+def _published(src: Source, split: str) -> int | None:
+    """The published row count of a full split: the examples and the empty rows dropped."""
+    return src.rows[split] + src.empty.get(split, 0) if split in src.rows else None
+
+
 def load(name: str, split: str, limit: int | None = None, **overrides) -> list[dict]:
     """The examples of a paper task's split: every row read, the row count checked, empty rows dropped, then the
     first `limit`."""
     info = resolve(name, split, **overrides)
     src = SOURCES[name]
+    default = all(overrides.get(k) is None for k in OVERRIDES if k != "mirror")
     columns = sorted({src.source[0], src.target[0]})
     table = [row for path in info["paths"] for row in _read(Path(path), columns)]
     if info["rows"] is not None and len(table) != info["rows"]:
@@ -138,6 +148,9 @@ def load(name: str, split: str, limit: int | None = None, **overrides) -> list[d
         source, target = _field(row, src.source, name, i), _field(row, src.target, name, i)
         if source.strip() and target.strip():
             examples.append({"source": source, "target": target})
+    if default and split in src.empty and len(examples) != src.rows[split]:
+        raise ValueError(f"{name} {split}: {len(table) - len(examples)} rows with an empty source or target, expected "
+                         f"{src.empty[split]}; another revision?")
     return examples if limit is None else examples[:limit]
 
 
