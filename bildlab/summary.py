@@ -123,6 +123,14 @@ def fmt(value, ci, unit: str = "", digits: int = 2, signed: bool = False) -> str
     return f"{f.format(value)}{unit} [{f.format(ci[0])}, {f.format(ci[1])}]"
 
 
+def fmt_gap(gap: float, ci) -> str:
+    """RQ1's share of the small-to-large quality gap that BiLD closes, '99% [97, 101]'. Where the small model alone
+    scores as the large one there is no gap, and the share is undefined (NaN): said in words, not as 'nan%'."""
+    if gap != gap:  # NaN
+        return "no gap to close (the small model alone scores as the large)"
+    return fmt(100 * gap, [100 * ci[0], 100 * ci[1]], "%", 0)
+
+
 def lossless(record: dict) -> bool:
     """Every output identical to the vanilla large model's (counted, not 'within a tolerance')."""
     return record["summary"]["identical_count"] == record["summary"]["examples"]
