@@ -16,7 +16,7 @@ The methods differ only in those two small rules:
                   or max_small_steps tokens in a row                 (and != the large argmax) is replaced; option
                                                                      rollback_rule="first-above": the paper's code
 
-Every model keeps its own KV cache (transformers `Cache` objects); rejected positions are cropped, encoders run once
+Every model keeps its own KV cache (`views.py`: transformers `Cache` objects); rejected positions are cropped, encoders run once
 per input, and the prefix is never recomputed. A draft that is an early exit of the large model (`early_exit.py`) has
 no cache or encoder run of its own: it uses the large model's encoder outputs and the cache of its bottom layers.
 Batch size 1, as in the papers.
@@ -24,16 +24,15 @@ Batch size 1, as in the papers.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from .early_exit import decoder_layers, shares_bottom_layers
+from .early_exit import shares_bottom_layers
 from .timing import clock as _clock
+from .views import EarlyExitView, View
 
 METHODS = ("greedy", "sample", "speculative", "bild")
 
@@ -42,93 +41,6 @@ METHODS = ("greedy", "sample", "speculative", "bild")
 class Output:
     tokens: list[int]  # the new tokens only (no prompt, no decoder start token); EOS included when produced
     stats: dict = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# One model's view of the sequence
-
-
-class _Model:
-    """A model, its KV cache, and how many tokens of the shared sequence buffer that cache holds."""
-
-    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor):
-        self.model = model
-        self.encoder_decoder = bool(model.config.is_encoder_decoder)
-        self.cache_kw, self.keep_kw = _forward_kwargs(type(model))
-        self.cached = 0  # positions of the sequence buffer already in the cache
-        self.calls = 0
-        self.seconds = 0.0
-        t0 = _clock(input_ids.device)
-        if self.encoder_decoder:
-            self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
-            # layers are added as the decoder uses them: a config-built cache takes the encoder's layer count
-            # (transformers 5.x), which breaks models with more decoder than encoder layers
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        else:
-            self.cache = DynamicCache(config=model.config)  # knows sliding-window layers (Mistral, Qwen2, ...)
-            self.cache.activate_past_recording()  # ... and keeps the states that a crop may need
-        self.seconds += _clock(input_ids.device) - t0
-
-    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
-        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
-        new = seq[:, self.cached : end]
-        kwargs = {self.cache_kw: self.cache, "use_cache": True}
-        if self.encoder_decoder:
-            kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
-        else:
-            kwargs["input_ids"] = new
-            if self.keep_kw:
-                kwargs["logits_to_keep"] = keep
-        logits = self.model(**kwargs).logits
-        self.cached = end
-        self.calls += 1
-        return logits[0, -keep:].float()
-
-    def crop(self, length: int) -> None:
-        """Drop cached positions >= length (the self-attention cache only; cross-attention stays)."""
-        if self.cached > length:
-            self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
-            self.cached = length
-
-    def hand_over(self) -> None:
-        """Called when a draft ends, before the large model verifies it (a separate draft keeps its own cache)."""
-
-
-class _EarlyExit(_Model):
-    """An early exit of the large model as the draft (`early_exit.exit_draft`): its layers are the large model's bottom
-    layers, so it runs on the large model's encoder outputs and KV cache, writing only the bottom `depth` layers."""
-
-    def __init__(self, model: PreTrainedModel, large: _Model):
-        self.model, self.large = model, large
-        self.encoder_decoder = large.encoder_decoder
-        self.cache_kw, self.keep_kw = _forward_kwargs(type(model))
-        self.encoder_outputs = getattr(large, "encoder_outputs", None)
-        self.cache = large.cache
-        self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache
-        self.depth = len(decoder_layers(model))
-        self.cached = large.cached
-        self.calls = 0
-        self.seconds = 0.0
-
-    def hand_over(self) -> None:
-        """Drop the draft's own positions from the shared layers: the large model's forward runs all its layers for
-        every token it is fed, so it recomputes them (in its one parallel pass) and the cache stays one sequence."""
-        for layer in self.self_cache.layers[: self.depth]:
-            extra = layer.get_seq_length() - self.large.cached
-            if extra > 0:
-                layer.crop(-extra)
-        self.cached = self.large.cached
-
-    def crop(self, length: int) -> None:
-        """After verification the large model has cropped the shared cache: the draft goes on from there."""
-        self.cached = self.large.cached
-
-
-@functools.lru_cache(maxsize=None)
-def _forward_kwargs(cls: type) -> tuple[str, bool]:
-    """How this model class takes its cache (renamed during transformers 5.x) and whether it can skip logits."""
-    params = inspect.signature(cls.forward).parameters
-    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -300,11 +212,11 @@ def generate(
         accept = _accept_greedy
     needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
 
-    large = _Model(model, input_ids)
+    large = View(model, input_ids)
     # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
     drafter = None
     if small is not None and not stop(0, None):
-        drafter = _EarlyExit(small, large) if shares_bottom_layers(small, model) else _Model(small, input_ids)
+        drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
                  rollbacks=0)
     pos = P  # committed length of `seq`
@@ -384,6 +296,11 @@ def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
     if eos_token_id is None:
         return frozenset()
     return frozenset([eos_token_id] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id])
+
+
+def truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
+    """Whether an output ran to the generation budget without ending (no EOS at its end)."""
+    return len(tokens) >= max_new_tokens and not (tokens and tokens[-1] in eos)
 
 
 def _decoder_start(model: PreTrainedModel) -> int:

@@ -22,18 +22,17 @@ recomputes those made under versions other than this environment's.
 from __future__ import annotations
 
 import hashlib
-import os
-import platform
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from . import distributed, plan, tasks, timing
-from .benchmark import _transformers_version, hf_generate
-from .decoding import _eos_ids, check_policy, generate
-from .models import PAIRS, TOY_PAIRS, load_pair, task_of, zoo_dir
+from . import distributed, shard, tasks, timing
+from .benchmark import _transformers_version
+from .decoding import _eos_ids, check_policy, truncated
+from .models import PAIRS, TOY_PAIRS, task_of, zoo_dir
 from .models import provenance as models_provenance
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
 from .summary import summarize
@@ -129,11 +128,6 @@ def check_run(pair: str, task: str, split: str, limit, max_new_tokens, seed, hf_
         raise ValueError(f"timing_pass must be an integer >= 1; got {timing_pass!r}")
 
 
-@lru_cache(maxsize=4)
-def _pair(name: str, draft: str, device: str, root: str):  # `root`: the zoo folder, part of the cache key
-    return load_pair(name, aligned=draft == "aligned", early_exit=draft == "early-exit", device=device)
-
-
 @lru_cache(maxsize=8)
 def _fingerprint(name: str, draft: str, root: str) -> str:
     """Content hash of a toy pair's model files and tokenizer (paper pairs: their hub ids)."""
@@ -201,20 +195,66 @@ def evaluate(pair: str, task: str | None = None, method: str = "bild", *, draft:
     return None if check_only else records[0]
 
 
-def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = "test", limit: int | None = 50,
-          max_new_tokens: int = 128, seed: int = 0, warmup: int = 2, threads: int | None = 1, repeats: int = 1,
-          hf_baseline: bool = True, timing_pass: int = 1,
-          registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
-          progress: bool = True, executor: str = "local", shard_size: int | None = None, check_only: bool = False,
-          recompute: bool = False, **common) -> list[dict] | None:
-    """Evaluate every policy of `grid` (dicts of POLICY_ARGS over `common`) on the same examples; one record each.
+def sweep(pair: str, grid: list[dict], *, progress: bool = True, check_only: bool = False, **run) -> list[dict] | None:
+    """Evaluate every policy of `grid` (dicts of POLICY_ARGS over the common ones in `run`) on the same examples; one
+    record each. `run`: the arguments of `lookup` (task, split, limit, max_new_tokens, seed, warmup, threads,
+    repeats, hf_baseline, timing_pass, registry, force, device, executor, shard_size, recompute, common policy args).
 
-    Every entry is checked before anything runs. Policies with a record in the registry are not rerun (whatever
-    library versions made it; `recompute=True` reruns those made under other versions, `force=True` all); the others
-    are timed together, interleaved with one vanilla run per example (module docstring). Finished examples are
-    checkpointed, so an interrupted sweep resumes where it stopped; records appear whole or not at all.
-    `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port" fan them out in shards
-    of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same records."""
+    Every entry is checked before anything runs (`check_only=True` stops there). Policies with a record in the
+    registry are not rerun (whatever library versions made it; `recompute=True` reruns those made under other
+    versions, `force=True` all); the others are timed together, interleaved with one vanilla run per example (module
+    docstring). Finished examples are checkpointed, so an interrupted sweep resumes where it stopped; records appear
+    whole or not at all. `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port"
+    fan them out in shards of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same
+    records."""
+    found = lookup(pair, grid, **run)
+    if check_only:
+        return None
+    made = _run(found, progress) if found.todo else []
+    return found.records(made)
+
+
+@dataclass
+class Lookup:
+    """What a sweep would compute: its policies (`entries`) and their `keys`, the records the registry has (`found`,
+    None where missing) and the policies to compute (`todo`, indices; a policy given twice counted once)."""
+
+    pair: str
+    task: str
+    split: str
+    limit: int | None
+    entries: list[dict]
+    keys: list[dict]
+    found: list[dict | None]
+    todo: list[int]
+    registry: Registry | None
+    run: dict  # the protocol and machine arguments: seed, max_new_tokens, warmup, threads, repeats, hf_baseline, ...
+
+    def examples(self) -> int:
+        """The number of examples the sweep covers, without loading a paper task's data (its published row count)."""
+        return _size(self.task, self.split, self.limit)
+
+    def runners(self) -> list[str]:
+        """The runners a computation of `todo` would time per example."""
+        return shard.runner_names([self.entries[i] for i in self.todo], self.run["hf_baseline"]) if self.todo else []
+
+    def records(self, made: list[dict]) -> list[dict]:
+        """One record per policy: the found ones, and `made` (the records of `todo`, in order) for the others."""
+        out = list(self.found)
+        for i, rec in zip(self.todo, made):
+            out[i] = rec
+        return [out[i] if out[i] is not None else out[self.keys.index(self.keys[i])] for i in range(len(self.keys))]
+
+
+def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str = "test", limit: int | None = 50,
+           max_new_tokens: int = 128, seed: int = 0, warmup: int = 2, threads: int | None = 1, repeats: int = 1,
+           hf_baseline: bool = True, timing_pass: int = 1,
+           registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
+           executor: str = "local", shard_size: int | None = None, recompute: bool = False, offline: bool = False,
+           **common) -> Lookup:
+    """Check a sweep's arguments and find what it would compute, loading no model. `offline=True` (a plan on a
+    machine without the paper's models or data): where their provenance cannot be had, nothing is looked up and
+    every policy is to run."""
     task = task or (task_of(pair) if pair in PAIRS else None)
     limit = per_pair(limit, pair, "limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
@@ -222,41 +262,29 @@ def sweep(pair: str, grid: list[dict], *, task: str | None = None, split: str = 
     check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
     timing.check(threads, repeats, warmup)
     distributed.check(executor, shard_size)
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be True or False; got {recompute!r}")
     entries = [{**DEFAULTS, **common, **e} for e in grid]
     for e in entries:
         check_entry(pair, e)
-    if check_only:
-        return None
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
     common_key = dict(seed=seed, max_new_tokens=max_new_tokens, device=device, threads=threads, repeats=repeats,
                       hf_baseline=hf_baseline, timing_pass=timing_pass)
     try:
         keys = [run_key(pair, task, split, limit, e, **common_key) for e in entries]
     except (OSError, RuntimeError):
-        if not plan.active():
+        if not offline:
             raise
-        # planning offline: the models' commits are unknown, so nothing can be looked up; everything is to run
         keys, reg = [run_key(pair, task, split, limit, e, **common_key, provenance=False) for e in entries], None
-    if not isinstance(recompute, bool):
-        raise TypeError(f"recompute must be True or False; got {recompute!r}")
     found = [None if reg is None or force else reg.get(key) for key in keys]
     if recompute:
         here = versions()
         found = [None if rec is not None and differences(rec.get("versions"), here) else rec for rec in found]
     todo = [i for i, rec in enumerate(found) if rec is None]
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
-    if plan.active():  # `bildlab study --plan`: note what would run, run nothing
-        n, todo = _size(task, split, limit), plan.unplanned(keys, todo)
-        return plan.record(pair, task, split, n, todo, len(runner_names([entries[i] for i in todo], hf_baseline)),
-                           keys, found)
-    if todo:
-        made = _run(pair, task, split, limit, [entries[i] for i in todo], [keys[i] for i in todo], reg,
-                    seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
-                    hf_baseline=hf_baseline, device=device, progress=progress, executor=executor,
-                    shard_size=shard_size)
-        for i, rec in zip(todo, made):
-            found[i] = rec
-    return [found[i] if found[i] is not None else found[keys.index(keys[i])] for i in range(len(keys))]
+    run = dict(seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
+               hf_baseline=hf_baseline, device=device, executor=executor, shard_size=shard_size)
+    return Lookup(pair, task, split, limit, entries, keys, found, todo, reg, run)
 
 
 def _size(task: str, split: str, limit) -> int:
@@ -267,17 +295,14 @@ def _size(task: str, split: str, limit) -> int:
     return len(tasks.load_task(task, split, limit=limit))
 
 
-def _truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
-    return len(tokens) >= max_new_tokens and not (tokens and tokens[-1] in eos)
-
-
-def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, warmup, threads, repeats,
-         hf_baseline, device, progress, executor="local", shard_size=None) -> list[dict]:
-    """Time the policies `entries` together with one vanilla run per example; build, store and return records."""
-    spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, seed=seed,
-                max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
-                hf_baseline=hf_baseline, device=device, zoo=str(zoo_dir()))
-    sweep_key = {"keys": keys, "runners": runner_names(entries, hf_baseline)}
+def _run(s: Lookup, progress) -> list[dict]:
+    """Time the policies `s.todo` together with one vanilla run per example; build, store and return records."""
+    pair, task, split, limit, reg = s.pair, s.task, s.split, s.limit, s.registry
+    entries, keys = [s.entries[i] for i in s.todo], [s.keys[i] for i in s.todo]
+    executor, shard_size, hf_baseline = s.run["executor"], s.run["shard_size"], s.run["hf_baseline"]
+    spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, zoo=str(zoo_dir()),
+                **{k: v for k, v in s.run.items() if k not in ("executor", "shard_size")})
+    sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
     n = len(tasks.load_task(task, split, limit=limit))
     done = reg.load_partial(sweep_key) if reg is not None else {}
     rest = [i for i in range(n) if i not in done]
@@ -297,7 +322,7 @@ def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, 
     label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
     try:
         if rest and executor == "local":
-            time_shard(spec, rest, progress=label if progress else False, on_row=checkpoint)
+            shard.time_shard(spec, rest, progress=label if progress else False, on_row=checkpoint)
         elif rest:
             distributed.run_shards(spec, rest, checkpoint_shard, executor=executor, shard_size=shard_size,
                                    progress=label if progress else False)
@@ -314,72 +339,20 @@ def _run(pair, task, split, limit, entries, keys, reg, *, seed, max_new_tokens, 
     return records
 
 
-def runner_names(entries: list[dict], hf_baseline: bool) -> list[str]:
-    """The runners of a sweep, in their base order: the vanilla ones (each once), then one per policy."""
-    names = ["greedy"]
-    if hf_baseline and any(not e["do_sample"] for e in entries):
-        names.append("hf_greedy")
-    names += [f"sample@{t}" for t in sorted({float(e["temperature"]) for e in entries if e["do_sample"]})]
-    return names + [f"policy{n}" for n in range(len(entries))]
-
-
-def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, on_row=None) -> dict[int, dict]:
-    """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
-    {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
-    every shard warms up on its own first examples. Each row also says where it was timed (`machine`)."""
-    pair, entries, mnt, seed = spec["pair"], spec["entries"], spec["max_new_tokens"], spec["seed"]
-    pairs = {d: _pair(pair, d, spec["device"], spec["zoo"]) for d in sorted({e["draft"] for e in entries})}
-    p = next(iter(pairs.values()))
-    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
-    inputs = [p.encode(examples[i]["source"]) for i in indices]
-    hf_eos = p.large.generation_config.eos_token_id
-    runners = {}
-    for name in runner_names(entries, spec["hf_baseline"]):
-        if name == "greedy":
-            runners[name] = lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=mnt))
-        elif name == "hf_greedy":
-            runners[name] = lambda x, i: (hf_generate(p.large, x, max_new_tokens=mnt, eos=hf_eos), {})
-        elif name.startswith("sample@"):
-            runners[name] = (lambda t: lambda x, i: _result(generate(
-                p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i)))(float(name[7:]))
-        else:
-            e = entries[int(name[6:])]
-            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt)
-    done, where = {}, machine(spec["device"])
-
-    def keep(i, row):
-        row["machine"] = where
-        done[i] = row
-        if on_row is not None:
-            on_row(i, row)
-
-    timing.interleave(inputs, runners, warmup=min(spec["warmup"], len(inputs)), threads=spec["threads"],
-                      repeats=spec["repeats"], indices=list(indices), progress=progress, on_row=keep)
-    return done
-
-
-def machine(device: str) -> dict:
-    """Where a shard was timed (speedups are compared only within one device)."""
-    cuda = str(device).startswith("cuda")
-    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(), "device": str(device),
-            "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
-            "device_uuid": str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None if cuda else None}
-
-
 def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str) -> list[dict]:
     """One record per policy from the timed rows of every example (`done`, {index: row}). Where each example was
     timed (its row's `machine`) goes into the record's `machines` list, and each example's `machine` is its index
     there."""
     pair, mnt = spec["pair"], spec["max_new_tokens"]
-    p = _pair(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
+    p = shard.load(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
     examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
     missing = [i for i in range(len(examples)) if i not in done]
     if missing:
         raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
     eos = _eos_ids(p.large, None)
     references = [ex["target"] for ex in examples]
-    names = runner_names(spec["entries"], spec["hf_baseline"])
-    here = machine(spec["device"])  # for rows checkpointed before rows said where they were timed
+    names = shard.runner_names(spec["entries"], spec["hf_baseline"])
+    here = shard.machine(spec["device"])  # for rows checkpointed before rows said where they were timed
     where, machines = [done[i].get("machine", here) for i in range(len(examples))], []
     for m in where:
         if m not in machines:
@@ -391,9 +364,9 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
         for i in range(len(examples)):
             r, b, h = done[i][f"policy{n}"], done[i][base], done[i].get("hf_greedy") if not e["do_sample"] else None
             rows.append({"output": p.decode(r["tokens"]), "tokens": len(r["tokens"]), "seconds": r["seconds"],
-                         "stats": r["stats"], "truncated": _truncated(r["tokens"], mnt, eos),
+                         "stats": r["stats"], "truncated": truncated(r["tokens"], mnt, eos),
                          "baseline_output": p.decode(b["tokens"]), "baseline_tokens": len(b["tokens"]),
-                         "baseline_seconds": b["seconds"], "baseline_truncated": _truncated(b["tokens"], mnt, eos),
+                         "baseline_seconds": b["seconds"], "baseline_truncated": truncated(b["tokens"], mnt, eos),
                          "identical": r["tokens"] == b["tokens"],
                          "hf_seconds": h["seconds"] if h else None,
                          "hf_identical": h["tokens"] == b["tokens"] if h else None,
@@ -404,26 +377,6 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                                      "interleaved_with": names, "sweep": sweep},
                         "machines": machines, "examples": rows})
     return records
-
-
-def _result(out) -> tuple[list[int], dict]:
-    return out.tokens, out.stats
-
-
-def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
-    if e["method"] == "hf_assisted":
-        eos = p.large.generation_config.eos_token_id
-        return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, assistant=p.small,
-                                         k=e["k"]), {})
-    if e["method"] == "small":  # the draft model alone: an anchor of the study
-        return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
-    if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
-        return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens))
-    return lambda x, i: _result(generate(
-        p.large, x, small=p.small, method=e["method"], max_new_tokens=max_new_tokens, k=e["k"],
-        fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
-        rollback_rule=e["rollback_rule"], do_sample=e["do_sample"], temperature=e["temperature"],
-        seed=seed + i if e["do_sample"] else None))
 
 
 def _label(e: dict) -> str:

@@ -69,6 +69,8 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 check(params.get("executor", "local"), params.get("shard_size"))
             except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
                 raise ParameterError(str(e)) from None
+        elif name == "recompute" and not isinstance(params[name], bool):
+            raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

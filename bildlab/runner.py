@@ -189,36 +189,29 @@ def notebook_defaults(name: str) -> dict:
     return values
 
 
-def results_table(registry: str | os.PathLike = ROOT / "results" / "toy") -> str:
-    """A markdown table of the toy study's main table (RQ5 with its stored parameters) replayed from the registry:
-    per task and row, the policy chosen on validation and its test numbers with 95% intervals, each timing pass."""
-    import tempfile
-
-    from . import study
+def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.json") -> str:
+    """A markdown table of the toy study's main table, from the rows RQ5 wrote beside its figure: per task and row,
+    the policy chosen on validation and its test numbers with 95% intervals, each timing pass."""
     from .summary import fmt
 
-    params = notebook_defaults("rq5_main_table")
-    pairs = params.pop("pairs")
-    params.update(registry=str(registry), progress=False)
-    with tempfile.TemporaryDirectory() as figures:
-        result = study.rq5(pairs, **{**params, "figures": figures})
-    passes = params.get("passes", 1)
+    data = json.loads(Path(table).read_text())
+    passes = data["passes"]
     speed_heads = [f"speedup, pass {i + 1}" for i in range(passes)] if passes > 1 else ["speedup"]
     lines = ["| task | row | (rb, fb) chosen on validation | N (test) | quality change | " + " | ".join(speed_heads)
              + " | vs transformers generate | identical to vanilla |", "|---" * (7 + len(speed_heads)) + "|"]
-    for pair, head in result.headline.items():
-        metric = study.METRIC_NAMES[study.ev.tasks.task_metric(study.task_of(pair))]
+    for pair, table in data["pairs"].items():
+        metric, head = table["metric"], table["rows"]
         van = head.get("vanilla")
         if van:
             lines.append(f"| {pair} | vanilla {metric} | – | | {fmt(van['score'], van['score_ci'])} | "
                          + " | ".join(["1x"] * len(speed_heads)) + " | | |")
-        for row in study.ROWS[1:]:
+        for row in data["rows"][1:]:
             h = head.get(row)
             if not h:
                 lines.append(f"| {pair} | {row} | none qualifies |" + " |" * (5 + len(speed_heads)))
                 continue
             speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])]
-            lines.append(f"| {pair} | {row} | {h['policy']} | {h['examples']} | "
+            lines.append(f"| {pair} | {row} | {tuple(h['policy'])} | {h['examples']} | "
                          f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {' | '.join(speeds)} | "
                          f"{fmt(h['speedup_hf'], h['speedup_hf_ci'], 'x')} | {h['identical']}/{h['examples']} |")
     return "\n".join(lines)

@@ -20,13 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from . import metrics, tasks, train
+from .card import latency as card_latency, measure
 from .atomic import atomic_path
 from .early_exit import exit_draft
-from .intervals import interval, ratio_of_sums
 from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
 # BPE trained on all the text the zoo trains on. The toy-sum names are invented syllable strings: a 4,096-piece
@@ -293,91 +292,6 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
 # The card: what each model is and how well it does
 
 
-def _agreement_counts(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0):
-    """Per example: (positions where the small model's argmax equals the large model's greedy token, positions),
-    teacher-forced on the large model's outputs."""
-    same, total = [], []
-    with torch.inference_mode():
-        for start in range(0, len(sources), 64):
-            src, out = sources[start : start + 64], outputs[start : start + 64]
-            if small.config.is_encoder_decoder:
-                enc = train._pad(src, pad_id)
-                dec = train._pad([[0] + o[:-1] for o in out], pad_id)
-                logits = small(input_ids=enc, attention_mask=enc.ne(pad_id), decoder_input_ids=dec).logits
-                target = train._pad(out, -100)
-            else:
-                ids = train._pad([s + o for s, o in zip(src, out)], pad_id)
-                mask = train._pad([[1] * (len(s) + len(o)) for s, o in zip(src, out)], 0)
-                logits = small(input_ids=ids, attention_mask=mask).logits[:, :-1]
-                target = train._pad([[-100] * (len(s) - 1) + o for s, o in zip(src, out)], -100)
-                logits = logits[:, : target.shape[1]]
-            valid = target.ne(-100)
-            same += (logits.argmax(-1).eq(target) & valid).sum(-1).tolist()
-            total += valid.sum(-1).tolist()
-    return same, total
-
-
-def _agreement(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0) -> float:
-    """Share of all positions where the small model's argmax equals the large model's greedy token."""
-    same, total = _agreement_counts(large, small, sources, outputs, pad_id)
-    return sum(same) / max(sum(total), 1)
-
-
-def _latency(models: dict, n: int, max_new_tokens: int = 32) -> dict:
-    """Per-token greedy latency in ms at batch 1 (bildlab's greedy loop) under the one timing protocol: one thread,
-    a warm-up, the models interleaved in a rotating order; each model decodes its own prompts[i] for input i."""
-    from .decoding import generate
-    from .timing import interleave
-
-    def runner(model, prompts):
-        return lambda x, i: (generate(model, prompts[i], max_new_tokens=max_new_tokens, eos_token_id=[]).tokens, {})
-
-    first = next(iter(models.values()))[1]
-    rows = interleave(first[:n], {name: runner(*mp) for name, mp in models.items()}, warmup=1, threads=1)
-    return {name: round(1000 * sum(r[name]["seconds"] for r in rows) / sum(len(r[name]["tokens"]) for r in rows), 3)
-            for name in models}
-
-
-def _measure(models: dict, sources: list[list[int]], refs: list[str], tokenizer, task: str,
-             comparisons: list[tuple[str, str]]) -> tuple[dict, dict]:
-    """Each model's test score, outputs cut off at max_new_tokens and (for all but the first, the large model)
-    agreement with the large model's greedy tokens; and for each (a, b) in `comparisons` the paired differences
-    a - b in score and agreement, each as [value, low, high] (95% paired bootstrap over the examples)."""
-    from .decoding import _eos_ids
-    from .evaluate import _truncated
-    from .summary import score_difference
-
-    metric, large = tasks.task_metric(task), next(iter(models))
-    outputs, data, counts, results = {}, {}, {}, {}
-    for name, model in models.items():
-        outputs[name] = train.greedy_batch(model, sources, pad_id=0, max_new_tokens=MAX_NEW[task],
-                                           desc=f"{task} {name}")
-        data[name] = metrics.sentence_data(metric, [tokenizer.decode(o, skip_special_tokens=True).strip()
-                                                    for o in outputs[name]], refs)
-        ends = _eos_ids(model, None)
-        results[name] = {metric: round(float(metrics.corpus(metric, data[name], np.arange(len(refs))[None])[0]), 2),
-                         "truncated": sum(_truncated(o, MAX_NEW[task], ends) for o in outputs[name])}
-        if name != large:
-            same, total = map(np.array, _agreement_counts(models[large], model, sources, outputs[large]))
-            counts[name] = same, total
-            results[name]["agreement"] = round(same.sum() / total.sum(), 4)
-            results[name]["agreement_ci"] = [round(x, 4) for x in
-                                             interval(lambda i: ratio_of_sums(same, total, i), len(refs))]
-    differences = {}
-    for a, b in comparisons:
-        d, ci = score_difference(metric, data[a], data[b])
-        differences[f"{a} - {b}"] = {metric: [d, *ci]}
-        if a in counts and b in counts:
-            (sa, total), (sb, _) = counts[a], counts[b]
-
-            def gain(i):
-                return ratio_of_sums(sa, total, i) - ratio_of_sums(sb, total, i)
-
-            differences[f"{a} - {b}"]["agreement"] = [round(float(gain(np.arange(len(refs))[None])[0]), 4),
-                                                      *(round(x, 4) for x in interval(gain, len(refs)))]
-    return results, differences
-
-
 def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
     t5 = {name: _load(out / name) for name in ("t5-large", "t5-small", "t5-small-aligned")}
     t5["t5-early-exit"] = exit_draft(t5["t5-large"], EXIT_LAYER)  # a view of the large model, as load_pair gives
@@ -386,19 +300,20 @@ def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
     for task in ("toy-mt", "toy-sum"):
         examples = tasks.load_task(task, "test")[: profile["eval"]]
         pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
-        results[task], differences[task] = _measure(t5, [s for s, _ in pairs], [ex["target"] for ex in examples],
-                                                    tokenizer, task, [("t5-large", "t5-small"),
-                                                                      ("t5-small-aligned", "t5-small")])
+        results[task], differences[task] = measure(t5, [s for s, _ in pairs], [ex["target"] for ex in examples],
+                                                   tokenizer, task, MAX_NEW[task],
+                                                   [("t5-large", "t5-small"), ("t5-small-aligned", "t5-small")])
     examples = tasks.load_task("toy-mt", "test")[: profile["eval"]]
     prompts = [s for s, _ in _llama_data(tokenizer, examples)]
-    results["toy-mt-llama"], differences["toy-mt-llama"] = _measure(
-        llama, prompts, [ex["target"] for ex in examples], tokenizer, "toy-mt", [("llama-large", "llama-small")])
+    results["toy-mt-llama"], differences["toy-mt-llama"] = measure(
+        llama, prompts, [ex["target"] for ex in examples], tokenizer, "toy-mt", MAX_NEW["toy-mt"],
+        [("llama-large", "llama-small")])
 
     n = profile["latency"]
     mt_inputs = [torch.tensor([s]) for s, _ in
                  train.encode_pairs(tokenizer, tasks.load_task("toy-mt", "test")[:n], PREFIX["toy-mt"])]
     llama_inputs = [torch.tensor([p]) for p in prompts[:n]]
-    latency = _latency({**{name: (m, mt_inputs) for name, m in t5.items() if name != "t5-small-aligned"},
+    latency = card_latency({**{name: (m, mt_inputs) for name, m in t5.items() if name != "t5-small-aligned"},
                         **{name: (m, llama_inputs) for name, m in llama.items()}}, n)
     card = {
         "tokenizer": {"type": "BPE (tokenizers), Metaspace", "vocab_size": len(tokenizer), "special": SPECIAL},

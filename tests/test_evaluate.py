@@ -5,6 +5,8 @@ import json
 import pytest
 
 from bildlab import evaluate as ev
+from bildlab import shard
+from bildlab.decoding import truncated
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 
@@ -34,14 +36,14 @@ def test_a_run_is_recorded_and_reused(fake_zoo, tmp_path, monkeypatch):
     assert len(files) == 1 and json.loads(files[0].read_text())["key"]["policy"] == {"k": 3}
 
     # the rerun loads the record: no model is touched
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("the rerun recomputed"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("the rerun recomputed"))
     assert ev.evaluate("toy-mt", method="speculative", k=3, registry=reg, **FAST) == run
 
 
 def _count_decodes(monkeypatch):
     """Count generate calls by kind: the vanilla large model alone, transformers' generate, the policies."""
     calls = {"vanilla": 0, "hf": 0, "policy": 0}
-    real, real_hf = ev.generate, ev.hf_generate
+    real, real_hf = shard.generate, shard.hf_generate
 
     def counted(model, x, **kw):
         calls["vanilla" if kw.get("method") == "greedy" and kw.get("small") is None else "policy"] += 1
@@ -51,8 +53,8 @@ def _count_decodes(monkeypatch):
         calls["hf"] += 1
         return real_hf(*a, **kw)
 
-    monkeypatch.setattr(ev, "generate", counted)
-    monkeypatch.setattr(ev, "hf_generate", counted_hf)
+    monkeypatch.setattr(shard, "generate", counted)
+    monkeypatch.setattr(shard, "hf_generate", counted_hf)
     return calls
 
 
@@ -127,7 +129,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
     reg = tmp_path / "results"
     grid = [{"fallback": 0.2}, {"fallback": 0.5}, {"fallback": 0.8}]
     monkeypatch.setattr(ev, "CHECKPOINT_SECONDS", 0)
-    real = ev.generate
+    real = shard.generate
     calls = {"n": 0}
 
     def flaky(*a, **kw):
@@ -137,7 +139,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
                 raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(ev, "generate", flaky)
+    monkeypatch.setattr(shard, "generate", flaky)
     with pytest.raises(KeyboardInterrupt):
         ev.sweep("toy-mt", grid, registry=reg, **FAST)
     assert not [p for p in reg.rglob("*.json") if ".partial" not in p.parts] and not list(reg.rglob("*.tmp-*"))
@@ -145,7 +147,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
     assert sorted(json.loads(partial.read_text())["rows"]) == ["0", "1", "2"]
 
     counted = _count_decodes(monkeypatch)
-    monkeypatch.setattr(ev, "generate", real)
+    monkeypatch.setattr(shard, "generate", real)
     runs = ev.sweep("toy-mt", grid, registry=reg, **{**FAST, "warmup": 0})
     assert [r["key"]["policy"]["fallback"] for r in runs] == [0.2, 0.5, 0.8]
     assert counted["hf"] == 3  # examples 3, 4, 5 only
@@ -157,8 +159,8 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
 
 
 def test_outputs_that_hit_the_length_limit_are_counted(fake_zoo, tmp_path):
-    assert ev._truncated([5, 6], 2, frozenset({2})) and not ev._truncated([5, 2], 2, frozenset({2}))
-    assert not ev._truncated([5], 2, frozenset({2}))
+    assert truncated([5, 6], 2, frozenset({2})) and not truncated([5, 2], 2, frozenset({2}))
+    assert not truncated([5], 2, frozenset({2}))
     run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, **{**FAST, "max_new_tokens": 2})
     s, rows = run["summary"], run["examples"]
     assert s["baseline_truncated"] == sum(e["baseline_truncated"] for e in rows) > 0
@@ -184,7 +186,7 @@ def test_outputs_that_hit_the_length_limit_are_counted(fake_zoo, tmp_path):
     (dict(pair="toy-mt", method="bild", do_sample=True), ["do_sample", "speculative"]),
 ])
 def test_bad_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs, words):
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError) as info:
         ev.evaluate(registry=tmp_path, **kwargs)
     for w in words:
@@ -192,7 +194,7 @@ def test_bad_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs
 
 
 def test_a_bad_sweep_entry_fails_before_anything_runs(monkeypatch, tmp_path):
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError, match="fallback"):
         ev.sweep("toy-mt", [{"fallback": 0.5}, {"fallback": 7.0}], registry=tmp_path, progress=False)
     with pytest.raises(ValueError, match="unknown policy argument.*fallbak"):
@@ -211,20 +213,32 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     from bildlab import plan
 
     grid = [{"fallback": 0.3}, {"fallback": 0.6}, {"method": "small"}]
-    real_pair = ev._pair
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
-    with plan.planning() as sweeps:
-        records = ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
-    assert sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
-                       "to_run": 3, "decodes": 6 * (3 + 2)}]  # the policies, the vanilla loop and HF generate
+    real_pair = shard.load
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
+    planner = plan.Planner()
+    records = planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    assert planner.sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
+                               "to_run": 3, "decodes": 6 * (3 + 2)}]  # the policies, the vanilla loop and HF generate
     assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
-    monkeypatch.setattr(ev, "_pair", real_pair)
+    monkeypatch.setattr(shard, "load", real_pair)
     ev.sweep("toy-mt", grid[:2], registry=tmp_path / "reg", **FAST)
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
-    with plan.planning() as sweeps:
-        ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
-    assert sweeps[0]["to_run"] == 1 and sweeps[0]["decodes"] == 6 * 3  # only the small model alone is left
-    assert not plan.active()
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
+    planner = plan.Planner()
+    planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    assert planner.sweeps[0]["to_run"] == 1 and planner.sweeps[0]["decodes"] == 6 * 3  # only the small model is left
+
+
+def test_two_plans_and_a_sweep_in_one_process_do_not_interfere(fake_zoo, tmp_path, monkeypatch):
+    from bildlab import plan
+
+    grid = [{"fallback": 0.3}, {"fallback": 0.6}]
+    one, two = plan.Planner(), plan.Planner()
+    one.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    made = ev.sweep("toy-mt", grid[:1], registry=tmp_path / "reg", **FAST)  # a real sweep between the two plans
+    assert not any(r.get("placeholder") for r in made) and len(made[0]["examples"]) == 6
+    two.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    one.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)  # counted by this plan already: nothing new
+    assert [s["to_run"] for s in one.sweeps] == [2, 0] and [s["to_run"] for s in two.sweeps] == [1]
 
 
 def test_the_papers_rollback_rule_is_a_policy_option_keyed_only_when_chosen(fake_zoo, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from bildlab import evaluate as ev
+from bildlab import shard
 from bildlab import plan, registry, runner
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _no_decode(monkeypatch):
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("a record was recomputed"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a record was recomputed"))
 
 
 def _other_transformers(monkeypatch):
@@ -47,13 +48,13 @@ def test_records_replay_under_other_library_versions_and_recompute_on_request(fa
     tmp_path = tmp_path / "results"  # beside the fake zoo
     grid = [{"fallback": 0.3}, {"fallback": 0.6}]
     first = ev.sweep("toy-mt", grid, registry=tmp_path, **FAST)
-    real, real_pair = _other_transformers(monkeypatch), ev._pair
+    real, real_pair = _other_transformers(monkeypatch), shard.load
     _no_decode(monkeypatch)
     assert ev.sweep("toy-mt", grid, registry=tmp_path, **FAST) == first  # replayed as they are
     note = runner.replay_note({tmp_path})
     assert "\n" not in note and "2 records" in note
     assert f"transformers {real['transformers']} (here 5.0.1)" in note and "--recompute" in note
-    monkeypatch.setattr(ev, "_pair", real_pair)
+    monkeypatch.setattr(shard, "load", real_pair)
     again = ev.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
     assert [r["versions"]["transformers"] for r in again] == ["5.0.1", "5.0.1"]
     assert [r["key"] for r in again] == [r["key"] for r in first]  # the same experiments, new records
@@ -119,20 +120,20 @@ def test_a_plan_reads_the_records_that_exist(fake_zoo, tmp_path, monkeypatch):
     grid = [{"fallback": 0.3}, {"fallback": 0.6}]
     made = ev.sweep("toy-mt", grid, registry=tmp_path, **FAST)
     _no_decode(monkeypatch)
-    with plan.planning() as sweeps:
-        records = ev.sweep("toy-mt", grid + [{"fallback": 0.9}], registry=tmp_path, **FAST)
+    planner = plan.Planner()
+    records = planner.sweep("toy-mt", grid + [{"fallback": 0.9}], registry=tmp_path, **FAST)
     assert records[:2] == made and records[2].get("placeholder")  # choices from real numbers where they exist
-    assert sweeps[0]["to_run"] == 1
+    assert planner.sweeps[0]["to_run"] == 1
     _other_transformers(monkeypatch)
-    with plan.planning() as sweeps:
-        ev.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
-    assert sweeps[0]["to_run"] == 2  # --recompute --plan: what other versions made is to run
+    planner = plan.Planner()
+    planner.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
+    assert planner.sweeps[0]["to_run"] == 2  # --recompute --plan: what other versions made is to run
 
 
 @pytest.mark.slow
 def test_the_committed_study_plans_nothing_to_run(monkeypatch):
     """The committed registry holds every record the six notebooks read: a replay computes nothing."""
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
     rows = plan.plan("toy")
     assert {r["notebook"]: r["decodes"] for r in rows} == dict.fromkeys(runner.notebook_names(), 0)
 

@@ -9,6 +9,7 @@ import pytest
 
 from bildlab import plots, runner, study, summary
 from bildlab.params import check_params
+from bildlab.study.common import _compare_speed
 
 
 @pytest.mark.parametrize("params, words", [
@@ -253,9 +254,9 @@ def test_overlapping_intervals_read_as_no_detectable_difference():
     a = _fake_record("toy-mt", {}, 1.50, 0.0, 20)
     b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)
     c = _fake_record("toy-mt", {}, 1.80, 0.0, 20)
-    assert study._compare_speed(a, b) == "no detectable difference (the intervals overlap)"
-    assert study._compare_speed(c, a) == "the first is detectably faster"
-    assert study._compare_speed(a, c) == "the second is detectably faster"
+    assert _compare_speed(a, b) == "no detectable difference (the intervals overlap)"
+    assert _compare_speed(c, a) == "the first is detectably faster"
+    assert _compare_speed(a, c) == "the second is detectably faster"
 
 
 def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch, tmp_path):
@@ -324,14 +325,13 @@ def test_importing_the_package_leaves_matplotlibs_backend_alone():
 
 
 def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
-    from bildlab import evaluate as ev
-    from bildlab import plan
+    from bildlab import plan, shard
 
-    monkeypatch.setattr(ev, "_pair", lambda *a: pytest.fail("planning loaded a model"))
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
     rows = plan.plan("toy", overrides={"registry": str(tmp_path)})  # an empty registry: everything is to run
     assert [r["notebook"] for r in rows] == runner.notebook_names()
     for r in rows:
-        assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0 and r["hours"] > 0
+        assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0 and r["hours"]["cpu"] > 0
     # a record that two notebooks share is counted once: 8 of RQ3's small-draft policies (rb 2, 3) are RQ2's; RQ4's
     # separate-small half of its validation grid and all of RQ5's validation grid are RQ3's
     val = {r["notebook"]: [s for s in r["sweeps_detail"] if s["split"] == "validation"] for r in rows}

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import bildlab
-from bildlab import metrics, models, tasks, train, zoo
+from bildlab import card, metrics, models, tasks, train, zoo
 
 if not (models.zoo_dir() / "card.json").is_file():  # the zoo is built by `bildlab zoo` and committed (issue 4)
     pytest.skip("the toy zoo is not shipped yet (data/zoo/card.json missing)", allow_module_level=True)
@@ -104,7 +104,7 @@ def test_card_numbers_are_reproduced_live():
     for name, outs in outputs.items():
         assert metrics.bleu([pair.decode(o) for o in outs], refs) == pytest.approx(TEST["toy-mt"][name]["bleu"],
                                                                                    abs=0.3)
-    agreement = zoo._agreement(pair.large, pair.small, sources, outputs["t5-large"])
+    agreement = card.agreement(pair.large, pair.small, sources, outputs["t5-large"])
     assert agreement == pytest.approx(TEST["toy-mt"]["t5-small"]["agreement"], abs=0.005)
     single = [bildlab.generate(pair.large, torch.tensor([s]), max_new_tokens=zoo.MAX_NEW["toy-mt"]).tokens
               for s in sources[:10]]

@@ -1,0 +1,93 @@
+"""One shard of a sweep timed on this process's device: the vanilla runs and every policy interleaved on its examples
+under the one timing protocol (`timing`). The local harness (`evaluate`) and the Ray executor (`distributed`) both
+run sweeps as shards of this; neither imports the other's internals."""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import lru_cache
+
+import torch
+
+from . import tasks, timing
+from .benchmark import hf_generate
+from .decoding import generate
+from .models import load_pair
+
+
+@lru_cache(maxsize=4)
+def load(name: str, draft: str, device: str, root: str):  # `root`: the zoo folder, part of the cache key
+    return load_pair(name, aligned=draft == "aligned", early_exit=draft == "early-exit", device=device)
+
+
+def runner_names(entries: list[dict], hf_baseline: bool) -> list[str]:
+    """The runners of a sweep, in their base order: the vanilla ones (each once), then one per policy."""
+    names = ["greedy"]
+    if hf_baseline and any(not e["do_sample"] for e in entries):
+        names.append("hf_greedy")
+    names += [f"sample@{t}" for t in sorted({float(e["temperature"]) for e in entries if e["do_sample"]})]
+    return names + [f"policy{n}" for n in range(len(entries))]
+
+
+def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, on_row=None) -> dict[int, dict]:
+    """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
+    {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
+    every shard warms up on its own first examples. Each row also says where it was timed (`machine`)."""
+    pair, entries, mnt, seed = spec["pair"], spec["entries"], spec["max_new_tokens"], spec["seed"]
+    pairs = {d: load(pair, d, spec["device"], spec["zoo"]) for d in sorted({e["draft"] for e in entries})}
+    p = next(iter(pairs.values()))
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    inputs = [p.encode(examples[i]["source"]) for i in indices]
+    hf_eos = p.large.generation_config.eos_token_id
+    runners = {}
+    for name in runner_names(entries, spec["hf_baseline"]):
+        if name == "greedy":
+            runners[name] = lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=mnt))
+        elif name == "hf_greedy":
+            runners[name] = lambda x, i: (hf_generate(p.large, x, max_new_tokens=mnt, eos=hf_eos), {})
+        elif name.startswith("sample@"):
+            runners[name] = (lambda t: lambda x, i: _result(generate(
+                p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i)))(float(name[7:]))
+        else:
+            e = entries[int(name[6:])]
+            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt)
+    done, where = {}, machine(spec["device"])
+
+    def keep(i, row):
+        row["machine"] = where
+        done[i] = row
+        if on_row is not None:
+            on_row(i, row)
+
+    timing.interleave(inputs, runners, warmup=min(spec["warmup"], len(inputs)), threads=spec["threads"],
+                      repeats=spec["repeats"], indices=list(indices), progress=progress, on_row=keep)
+    return done
+
+
+def machine(device: str) -> dict:
+    """Where a shard was timed (speedups are compared only within one device)."""
+    cuda = str(device).startswith("cuda")
+    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(), "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "device_uuid": str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None if cuda else None}
+
+
+def _result(out) -> tuple[list[int], dict]:
+    return out.tokens, out.stats
+
+
+def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
+    if e["method"] == "hf_assisted":
+        eos = p.large.generation_config.eos_token_id
+        return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, assistant=p.small,
+                                         k=e["k"]), {})
+    if e["method"] == "small":  # the draft model alone: an anchor of the study
+        return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
+    if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
+        return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens))
+    return lambda x, i: _result(generate(
+        p.large, x, small=p.small, method=e["method"], max_new_tokens=max_new_tokens, k=e["k"],
+        fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
+        rollback_rule=e["rollback_rule"], do_sample=e["do_sample"], temperature=e["temperature"],
+        seed=seed + i if e["do_sample"] else None))

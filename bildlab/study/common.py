@@ -1,0 +1,155 @@
+"""What the study's questions share: the `Result` they return, table cells and answer phrases of a record, the
+split between validation (choices) and test (reports), and a question asked of every pair."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import plots
+from .. import summary as sm
+from ..metrics import METRIC_NAMES
+
+
+INF = math.inf
+
+
+@dataclass
+class Result:
+    name: str
+    table: object  # pandas.DataFrame
+    figure: object  # matplotlib Figure
+    answer: str
+    headline: dict = field(default_factory=dict)
+    records: list = field(default_factory=list)
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.name}** — {self.answer}"
+
+
+def _frame(rows: list[dict]):
+    """A table for the notebook; cells that do not apply to a row are blank (not NaN)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).astype(object).fillna("")
+
+
+def _policy(record: dict) -> str:
+    """A record's policy in words, e.g. 'fb 0.5, rb 3' or 'k=4'."""
+    key, pol = record["key"], record["key"]["policy"]
+    if key["method"] == "hf_assisted":
+        return f"assisted k={pol['k']}"
+    if key["method"] == "bild":
+        rb = pol["rollback"]
+        return f"fb {pol['fallback']:g}, rb {'inf' if math.isinf(rb) else f'{rb:g}'}"
+    if key["method"] == "speculative":
+        return f"k={pol['k']}" + (" (sampling)" if pol.get("do_sample") else "")
+    return key["method"]
+
+
+def _cells(record: dict) -> dict:
+    """A record's numbers with their 95% intervals, as table cells (N stands in every row)."""
+    s = record["summary"]
+    metric = METRIC_NAMES.get(s["metric"], s["metric"])
+    return {"N": s["examples"], metric: sm.fmt(s["score"], s["score_ci"]),
+            f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
+            "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
+            "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
+            "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
+            "large-model share": None if s["small_share"] is None else round(1 - s["small_share"], 3),
+            "tokens / large call": s["mean_accepted"],
+            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}"}
+
+
+def _point(record: dict, label: str = "") -> dict:
+    s = record["summary"]
+    return {"speedup": s["speedup"], "speedup_ci": s["speedup_ci"], "score": s["score"], "score_ci": s["score_ci"],
+            "label": label}
+
+
+def _speed(record: dict | None) -> str:
+    """A speedup with its interval and its quality change, for an answer; 'none' when no policy qualified."""
+    if record is None:
+        return "none"
+    s = record["summary"]
+    loss = ("lossless" if sm.lossless(record) else
+            f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}")
+    return f"{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
+
+
+def _compare_speed(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
+    """Whether two speedups differ detectably: their intervals separate."""
+    if a is None or b is None:
+        return "not comparable (a side has no qualifying policy)"
+    (alo, ahi), (blo, bhi) = a["summary"]["speedup_ci"], b["summary"]["speedup_ci"]
+    if alo > bhi:
+        return f"{names[0]} is detectably faster"
+    if blo > ahi:
+        return f"{names[1]} is detectably faster"
+    return "no detectable difference (the intervals overlap)"
+
+
+def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:
+    """The policies chosen on validation ({label: record or None}), evaluated together on the test split (`run`'s
+    split and limit) in one sweep: {label: test record or None}."""
+    picked = {label: r for label, r in chosen.items() if r is not None}
+    entries = [{"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]} for r in picked.values()]
+    tested = sweep(pair, entries, **run) if entries else []
+    out = dict.fromkeys(chosen)
+    out.update(zip(picked, tested))
+    return out
+
+
+def _grid(fallbacks, rollbacks) -> list[dict]:
+    return [{"fallback": f, "rollback": r} for f in fallbacks for r in rollbacks]
+
+
+def _val(run: dict, val_split: str, val_limit) -> dict:
+    """The run arguments for the validation sweep (same everything, other split and size)."""
+    return {**run, "split": val_split, "limit": val_limit}
+
+
+def _pairs(pairs) -> list[str]:
+    """`pairs` as a list: one pair's name or a non-empty sequence of names."""
+    if isinstance(pairs, str):
+        return [pairs]
+    if not isinstance(pairs, (list, tuple)) or not pairs or not all(isinstance(p, str) for p in pairs):
+        raise TypeError(f"pairs must be a pair's name or a non-empty list of names; got {pairs!r}")
+    return list(pairs)
+
+
+def _each_pair(name: str, figure: str, pairs, figures, one) -> Result:
+    """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline, answer) and draws
+    into its own panel of one figure (each pair has its own metric), saved as `figure`."""
+    pairs = _pairs(pairs)
+    fig, axes = plots.panels(len(pairs))
+    rows, records, headline, answers = [], [], {}, []
+    for pair, ax in zip(pairs, axes):
+        r, recs, headline[pair], answer = one(pair, ax)
+        rows, records = rows + r, records + recs
+        answers.append(answer)
+    plots.save(fig, figure, figures)
+    return Result(name, _frame(rows), fig, " ".join(answers), headline, records)
+
+
+def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, ax, sweep, **run) -> dict:
+    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table
+    rows, both fronts drawn into `ax`; each draft's fastest policy within the tolerance, reported on test."""
+    flat = [{**g, "draft": d} for d in drafts for g in grid]
+    recs = sweep(pair, flat, **_val(run, val_split, val_limit))
+    by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
+    rows = [{"pair": pair, "draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items()
+            for r in rs]
+    s0 = recs[0]["summary"]
+    metric = METRIC_NAMES[s0["metric"]]
+    best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
+    plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
+                                              for r in sm.pareto(rs)]
+                         for label, rs in by.items()}, metric=metric,
+                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
+    test = _on_test(pair, best, sweep, **run)
+    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
+    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} (N = {s0['examples']}), "
+              f"reported on {run.get('split', 'test')} (N = {n_test})")
+    return {"rows": rows, "best": test, "by": by, "within": within,
+            "records": recs + [t for t in test.values() if t]}

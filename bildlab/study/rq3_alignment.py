@@ -1,0 +1,41 @@
+"""RQ3 (notebooks/rq3_alignment.ipynb): does prediction alignment of the small model help?"""
+
+from __future__ import annotations
+
+from .. import evaluate as ev
+from .common import Result, _speed, _compare_speed, _grid, _each_pair, _drafts
+
+
+def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
+        sweep=None, **run) -> Result:
+    """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
+    with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals, per
+    pair."""
+    sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
+
+    def one(pair, ax):
+        d = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks),
+                    f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, ax, sweep, **run)
+        best, agree = d["best"], _agreement(pair)
+        answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
+                  f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
+                  f"The {d['within']}: aligned {_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
+                  f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
+        headline = {"agreement": agree, "speedup_within_tolerance": {
+            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+        return d["rows"], d["records"], headline, answer
+
+    return _each_pair("RQ3", "rq3_alignment", pairs, figures, one)
+
+
+def _agreement(pair: str) -> dict:
+    from ..models import TOY_PAIRS, read_card
+
+    if pair not in TOY_PAIRS:
+        return {}
+    test = read_card()["test"].get(pair, {})
+    large, small, aligned = TOY_PAIRS[pair][:3]
+    out = {"unaligned": test.get(small, {}).get("agreement"), "aligned": test.get(aligned, {}).get("agreement")}
+    out["early exit"] = test.get("t5-early-exit", {}).get("agreement") if large.startswith("t5") else None
+    return {k: v for k, v in out.items() if v is not None}

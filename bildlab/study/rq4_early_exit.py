@@ -1,0 +1,34 @@
+"""RQ4 (notebooks/rq4_early_exit.ipynb): the large model's early exit as the draft, against a separate small
+model."""
+
+from __future__ import annotations
+
+from .. import evaluate as ev
+from .. import summary as sm
+from .common import Result, _speed, _compare_speed, _grid, _each_pair, _drafts
+
+
+def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
+        sweep=None, **run) -> Result:
+    """RQ4: BiLD with an early exit of the large model as the draft, against a separate small model; each draft's
+    cost ratio c and acceptance, per pair."""
+    sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
+
+    def one(pair, ax):
+        d = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
+                    f"{pair}: early-exit draft vs separate small model", tolerance, val_split, val_limit, ax, sweep,
+                    **run)
+        best, by = d["best"], d["by"]
+        costs = {label: round(sum(sm.cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
+        accept = {label: round(sum(sm.acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
+        answer = (f"On {pair}, the {d['within']}: early exit {_speed(best['early exit'])}, separate small "
+                  f"{_speed(best['separate small'])}: "
+                  f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
+                  f"Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
+                  f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
+        headline = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {
+            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+        return d["rows"], d["records"], headline, answer
+
+    return _each_pair("RQ4", "rq4_early_exit", pairs, figures, one)

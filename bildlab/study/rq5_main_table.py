@@ -1,0 +1,167 @@
+"""RQ5 (notebooks/rq5_main_table.ipynb): the paper's main table, chosen on validation and reported on test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import evaluate as ev
+from .. import plots
+from .. import summary as sm
+from ..metrics import METRIC_NAMES
+from ..models import task_of
+from .common import Result, _frame, _cells, _grid, _val, _pairs
+
+
+# The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
+PAPER_TABLE = {
+    "iwslt2017-de-en": {"vanilla": (40.32, 1.0), "unaligned": (40.33, 1.43, (2, 0.6)),
+                        "unaligned degraded": (39.44, 1.58, (3, 0.5)), "aligned": (40.24, 1.62, (3, 0.9)),
+                        "aligned degraded": (39.13, 1.78, (4, 0.6))},
+    "wmt14-de-en": {"vanilla": (31.38, 1.0), "unaligned": (31.28, 1.34, (2, 0.6)),
+                    "unaligned degraded": (30.47, 1.43, (3, 0.5)), "aligned": (31.26, 1.47, (2, 0.8)),
+                    "aligned degraded": (30.33, 1.70, (5, 0.6))},
+    "xsum": {"vanilla": (35.08, 1.0), "unaligned": (35.12, 1.48, (3, 0.5)),
+             "unaligned degraded": (34.02, 1.72, (5, 0.3)), "aligned": (35.05, 1.50, (2, 0.6)),
+             "aligned degraded": (33.95, 1.80, (5, 0.4))},
+    "cnn_dailymail": {"vanilla": (41.54, 1.0), "unaligned": (41.44, 1.71, (3, 0.4)),
+                      "unaligned degraded": (40.57, 2.05, (6, 0.2)), "aligned": (41.52, 1.85, (3, 0.3)),
+                      "aligned degraded": (40.96, 2.12, (6, 0.2))},
+}
+
+
+def paper_table():
+    """The paper's main table (PAPER_TABLE) as printed, for the shape of RQ5's rows: per task, each row's quality
+    (BLEU or ROUGE-L) / speedup over the vanilla large model, with its (rb, fb); the paper has no lossless rows."""
+    rows = []
+    for row in ROWS:
+        entry = {"row": row}
+        for task, table in PAPER_TABLE.items():
+            v = table.get(row)
+            entry[task] = "–" if v is None else f"{v[0]:.2f} / {v[1]:.2f}x" + (f" at {v[2]}" if len(v) > 2 else "")
+        rows.append(entry)
+    return _frame(rows).set_index("row")
+
+
+ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "aligned lossless", "aligned",
+        "aligned degraded")
+
+
+def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 1.0, 2.0, 3.0, 5.0),
+        tolerance: float = 0.2, degraded_tolerance: float = 1.2, val_split: str = "validation", val_limit=100,
+        passes: int = 2, figures="figures", sweep=None, **run) -> Result:
+    """RQ5: the paper's main table. Per task and small model (unaligned, aligned) the policy of each row is chosen on
+    the validation split (the fastest with every output identical to vanilla; the fastest within `tolerance`; the
+    fastest within `degraded_tolerance`, the paper's degraded rows lose 1.05-1.19 points), then reported on the test
+    split with 95% intervals, timed in `passes` independent passes (the run-to-run spread)."""
+    sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
+    grid = _grid(fallbacks, rollbacks)
+    table, records, headline, speed_series, speed_cis = [], [], {}, {}, {}
+    for pair in _pairs(pairs):
+        flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
+        val = sweep(pair, flat, **_val(run, val_split, val_limit))
+        records += val
+        chosen = {}
+        for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
+            recs = val[i * len(grid):(i + 1) * len(grid)]
+            for suffix, tol in ((" lossless", None), ("", tolerance), (" degraded", degraded_tolerance)):
+                b = sm.choose(recs, tol)
+                if b is not None:
+                    chosen[label + suffix] = {**{k: b["key"]["policy"][k] for k in ("fallback", "rollback")},
+                                              "draft": draft}
+        names = list(chosen)
+        unique = list({json.dumps(v, sort_keys=True): v for v in chosen.values()}.values())
+        if any(r.get("placeholder") for r in val):  # planning without the validation records: count as many
+            # distinct chosen policies as there are rows to fill
+            unique = [{**g, "draft": d} for d in ("small", "aligned") for g in grid[:3]]
+            chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
+        tests = {p: sweep(pair, unique, timing_pass=p, **run) for p in range(1, passes + 1)} if unique else {}
+        by_policy = {json.dumps(u, sort_keys=True): [tests[p][j] for p in tests] for j, u in enumerate(unique)}
+        for p in tests:
+            records += tests[p]
+        metric = METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
+        any_test = next(iter(by_policy.values()))[0] if by_policy else None
+        head = {}
+        for row in ROWS:
+            entry = {"pair": pair, "row": row}
+            if row == "vanilla":
+                if any_test:
+                    s = any_test["summary"]
+                    entry.update({"N": s["examples"], metric: sm.fmt(s["baseline_score"], s["baseline_score_ci"]),
+                                  "speedup (pass 1)": "1x"})
+                    head[row] = {"score": s["baseline_score"], "score_ci": s["baseline_score_ci"]}
+            elif row in chosen:
+                runs = by_policy[json.dumps(chosen[row], sort_keys=True)]
+                c = _cells(runs[0])
+                entry.update({"(rb, fb)": (chosen[row]["rollback"], chosen[row]["fallback"]), "N": c["N"],
+                              metric: c[metric], f"Δ {metric}": c[f"Δ {metric} vs vanilla"],
+                              "identical to vanilla": c["identical to vanilla"]})
+                for p, r in enumerate(runs, 1):
+                    entry[f"speedup (pass {p})"] = sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
+                entry["speedup vs HF generate"] = c["speedup vs HF generate"]
+                s = runs[0]["summary"]
+                head[row] = {"score": s["score"], "delta": s["delta"], "delta_ci": s["delta_ci"],
+                             "speedup_hf": s["speedup_hf"], "speedup_hf_ci": s["speedup_hf_ci"],
+                             "identical": s["identical_count"], "examples": s["examples"],
+                             "speedups": [r["summary"]["speedup"] for r in runs],
+                             "speedup_cis": [r["summary"]["speedup_ci"] for r in runs],
+                             "policy": (chosen[row]["rollback"], chosen[row]["fallback"])}
+            else:
+                entry["(rb, fb)"] = "none qualifies on validation"
+            paper = PAPER_TABLE.get(pair, {}).get(row)
+            if paper:
+                entry["paper"] = f"{paper[0]} / {paper[1]}x"
+            table.append(entry)
+        headline[pair] = head
+        for p in range(passes):
+            label = f"{pair}, timing pass {p + 1}"
+            speed_series[label] = [head[r]["speedups"][p] if "speedups" in head.get(r, {}) else float("nan")
+                                   for r in ROWS[1:]]
+            speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
+                                for r in ROWS[1:]]
+    n_test = {pair: next((h["examples"] for h in hp.values() if "examples" in h), None)
+              for pair, hp in headline.items()}
+    fig = plots.bars(list(ROWS[1:]), speed_series, cis=speed_cis, reference=1.0,
+                     ylabel="speedup over the vanilla large model (x)",
+                     title="BiLD main table: policies chosen on validation, test N = "
+                           + ", ".join(f"{n} ({pair})" for pair, n in n_test.items()))
+    plots.save(fig, "rq5_main_table", figures)
+    _save_table(headline, passes, figures)
+    answers = []
+    for pair, h in headline.items():
+        groups, metric = {}, METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
+        for row in ROWS[1:]:  # the rows of one small model that chose the same policy are reported once
+            if row in h:
+                groups.setdefault((row.split()[0], h[row]["policy"]), []).append(row)
+        parts = []
+        for rows in groups.values():
+            x = h[rows[0]]
+            loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
+                    f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} {metric}")
+            passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
+            names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
+            parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
+        answers.append(f"On {pair} (N = {n_test[pair]}): " + "; ".join(parts) + "." if parts else
+                       f"On {pair} no BiLD policy qualifies on {val_split}.")
+    answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (speedups of {passes} "
+              f"independent timing passes). " + " ".join(answers))
+    frame = _frame(table)
+    first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
+    frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
+    return Result("RQ5", frame, fig, answer, headline, records)
+
+
+def _save_table(headline: dict, passes: int, figures) -> Path:
+    """The main table's rows as data, beside its figure (figures/rq5_main_table.json): what the README's table is
+    made from, without running the question again."""
+    from ..atomic import atomic_path
+
+    data = {"rows": list(ROWS), "passes": passes,
+            "pairs": {pair: {"metric": METRIC_NAMES[ev.tasks.task_metric(task_of(pair))], "rows": head}
+                      for pair, head in headline.items()}}
+    path = Path(figures) / "rq5_main_table.json"
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+    return path

@@ -1,0 +1,79 @@
+"""The speculative decoding pipeline (notebooks/speculative_pipeline.ipynb): acceptance and speedup against k,
+against BiLD and transformers' assisted generation."""
+
+from __future__ import annotations
+
+from .. import evaluate as ev
+from .. import plots
+from .. import summary as sm
+from .common import Result, _frame, _policy, _cells, _speed, _compare_speed, _pairs
+
+
+def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
+                bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pairs=("toy-mt", "toy-sum"),
+                figures="figures", sweep=None, **run) -> Result:
+    """The speculative decoding pipeline: acceptance against k, measured speedup against the expected
+    (1 - a^(k+1)) / ((1 - a)(k c + 1)); greedy against greedy, sampling against sampling (each labelled); BiLD on
+    the same examples; and on each of `reference_pairs` (T5 pairs; None for none) fixed-k speculative decoding
+    (k = 4) as the lossless reference next to BiLD."""
+    sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
+    grid = ([{"method": "speculative", "k": k} for k in ks]
+            + [{"method": "speculative", "k": k, "do_sample": True, "temperature": temperature} for k in ks]
+            + [{"method": "hf_assisted", "k": k} for k in ks]
+            + [{"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}])
+    recs = sweep(pair, grid, **run)
+    greedy, sampled, assisted = recs[: len(ks)], recs[len(ks): 2 * len(ks)], recs[2 * len(ks): 3 * len(ks)]
+    bild = recs[-1]
+    rows = []
+    for mode, group in (("greedy vs greedy", greedy), (f"sampling (T={temperature:g}) vs sampling", sampled)):
+        for k, rec in zip(ks, group):
+            a, c = sm.acceptance(rec), sm.cost_ratio(rec)
+            rows.append({"pair": pair, "mode": mode, "k": k, "acceptance a": round(a, 3), "cost ratio c": round(c, 3),
+                         "tokens / large call": rec["summary"]["mean_accepted"],
+                         "expected tokens / call": round(sm.expected_tokens_per_call(a, k), 3),
+                         "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
+                         "expected speedup": round(sm.expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
+                         "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
+    for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
+        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
+    rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
+                 "tokens / large call": bild["summary"]["mean_accepted"]})
+    ref, versus = [], []
+    for ref_pair in _pairs(reference_pairs) if reference_pairs else []:
+        spec, ref_bild = sweep(ref_pair, [{"method": "speculative", "k": 4},
+                                             {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}],
+                                  **run)
+        for r in (spec, ref_bild):
+            rows.append({"pair": ref_pair, "mode": f"{r['key']['method']} ({_policy(r)})", **_cells(r),
+                         "tokens / large call": r["summary"]["mean_accepted"]})
+        s = spec["summary"]
+        versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {_speed(spec)}, "
+                      f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
+                      f"{_compare_speed(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
+        ref += [spec, ref_bild]
+    table = _frame(rows)
+    series, cis = {}, {}
+    for mode, group in (("greedy", greedy), ("sampling", sampled)):
+        series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
+        cis[f"{mode}: measured"] = [r["summary"]["speedup_ci"] for r in group]
+        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r)) for r, k in zip(group, ks)]
+    series["transformers assisted (greedy): measured"] = [r["summary"]["speedup"] for r in assisted]
+    cis["transformers assisted (greedy): measured"] = [r["summary"]["speedup_ci"] for r in assisted]
+    fig = plots.lines(list(ks), series, cis=cis, reference=1.0, xlabel="draft length k",
+                      ylabel="speedup over the large model alone (x)",
+                      title=f"{pair}: speculative decoding, N = {greedy[0]['summary']['examples']}")
+    plots.save(fig, "speculative_pipeline", figures)
+    best = max(greedy, key=lambda r: r["summary"]["speedup"])
+    others = [r for r in greedy if r is not best]
+    rival = max(others, key=lambda r: r["summary"]["speedup"]) if others else None
+    identical = sum(r["summary"]["identical_count"] for r in greedy)
+    total = sum(r["summary"]["examples"] for r in greedy)
+    answer = (f"Greedy speculative decoding on {pair} (N = {best['summary']['examples']}) is lossless: {identical} of "
+              f"{total} outputs identical to the large model's. Fastest at k={best['key']['policy']['k']}: "
+              f"{_speed(best)}" + (f"; against k={rival['key']['policy']['k']} ({_speed(rival)}): "
+                                  f"{_compare_speed(best, rival)}" if rival else "")
+              + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
+              f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
+              f"{_speed(bild)}." + "".join(" " + v for v in versus))
+    headline = {"best_k": best["key"]["policy"]["k"], "identical": identical, "outputs": total}
+    return Result("speculative pipeline", table, fig, answer, headline, recs + ref)

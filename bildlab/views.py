@@ -1,0 +1,97 @@
+"""One model's view of the sequence that `decoding.generate` writes: the model, its KV cache (transformers `Cache`
+objects) and how many positions of the shared sequence buffer that cache holds; feeding new positions, cropping
+rejected ones. An early exit of the large model as the draft is a view of the large model's own cache."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+
+from .early_exit import decoder_layers
+from .timing import clock as _clock
+
+
+class View:
+    """A model, its KV cache, and how many tokens of the shared sequence buffer that cache holds."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor):
+        self.model = model
+        self.encoder_decoder = bool(model.config.is_encoder_decoder)
+        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.cached = 0  # positions of the sequence buffer already in the cache
+        self.calls = 0
+        self.seconds = 0.0
+        t0 = _clock(input_ids.device)
+        if self.encoder_decoder:
+            self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
+            # layers are added as the decoder uses them: a config-built cache takes the encoder's layer count
+            # (transformers 5.x), which breaks models with more decoder than encoder layers
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        else:
+            self.cache = DynamicCache(config=model.config)  # knows sliding-window layers (Mistral, Qwen2, ...)
+            self.cache.activate_past_recording()  # ... and keeps the states that a crop may need
+        self.seconds += _clock(input_ids.device) - t0
+
+    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        new = seq[:, self.cached : end]
+        kwargs = {self.cache_kw: self.cache, "use_cache": True}
+        if self.encoder_decoder:
+            kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
+        else:
+            kwargs["input_ids"] = new
+            if self.keep_kw:
+                kwargs["logits_to_keep"] = keep
+        logits = self.model(**kwargs).logits
+        self.cached = end
+        self.calls += 1
+        return logits[0, -keep:].float()
+
+    def crop(self, length: int) -> None:
+        """Drop cached positions >= length (the self-attention cache only; cross-attention stays)."""
+        if self.cached > length:
+            self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
+            self.cached = length
+
+    def hand_over(self) -> None:
+        """Called when a draft ends, before the large model verifies it (a separate draft keeps its own cache)."""
+
+
+class EarlyExitView(View):
+    """An early exit of the large model as the draft (`early_exit.exit_draft`): its layers are the large model's bottom
+    layers, so it runs on the large model's encoder outputs and KV cache, writing only the bottom `depth` layers."""
+
+    def __init__(self, model: PreTrainedModel, large: View):
+        self.model, self.large = model, large
+        self.encoder_decoder = large.encoder_decoder
+        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.encoder_outputs = getattr(large, "encoder_outputs", None)
+        self.cache = large.cache
+        self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache
+        self.depth = len(decoder_layers(model))
+        self.cached = large.cached
+        self.calls = 0
+        self.seconds = 0.0
+
+    def hand_over(self) -> None:
+        """Drop the draft's own positions from the shared layers: the large model's forward runs all its layers for
+        every token it is fed, so it recomputes them (in its one parallel pass) and the cache stays one sequence."""
+        for layer in self.self_cache.layers[: self.depth]:
+            extra = layer.get_seq_length() - self.large.cached
+            if extra > 0:
+                layer.crop(-extra)
+        self.cached = self.large.cached
+
+    def crop(self, length: int) -> None:
+        """After verification the large model has cropped the shared cache: the draft goes on from there."""
+        self.cached = self.large.cached
+
+
+@functools.lru_cache(maxsize=None)
+def forward_kwargs(cls: type) -> tuple[str, bool]:
+    """How this model class takes its cache (renamed during transformers 5.x) and whether it can skip logits."""
+    params = inspect.signature(cls.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params

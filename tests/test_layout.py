@@ -1,0 +1,101 @@
+"""The house's shape, derived from its source: imports run one way, modules stay small, every import is a declared
+dependency, the version has one source, and the README's links resolve."""
+
+import ast
+import re
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import bildlab
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bildlab"
+# Top to bottom: a module imports only modules below it.
+ORDER = ["cli", "plan", "runner", "params",
+         "study", "study.rq1_small_writes_most", "study.rq2_policies", "study.rq3_alignment", "study.rq4_early_exit",
+         "study.rq5_main_table", "study.speculative_pipeline", "study.common",
+         "zoo", "card", "evaluate", "distributed", "shard", "benchmark", "train", "registry", "summary", "plots",
+         "intervals", "metrics", "decoding", "views", "models", "early_exit", "timing",
+         "tasks", "tasks.paper", "tasks.toy", "tasks.toy_mt", "tasks.toy_sum", "mirror", "atomic", ""]
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    return {".".join(f.relative_to(PACKAGE).with_suffix("").parts).removesuffix("__init__").rstrip("."): f
+            for f in sorted(PACKAGE.rglob("*.py"))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the bildlab modules it imports} ('' is the package itself; 'study.common' a submodule)."""
+    mods, graph = _modules(), {}
+    for name, f in mods.items():
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                parts = package.split(".") if package else []
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
+                target = ".".join(p for p in (base, node.module or "") if p)
+                subs = {".".join(p for p in (target, a.name) if p) for a in node.names}
+                deps |= (subs & set(mods)) or {target}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                deps |= {n.removeprefix("bildlab").lstrip(".") for n in names if n.split(".")[0] == "bildlab"}
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps if ORDER.index(d) <= ORDER.index(m))
+
+
+def test_imports_run_one_way_top_to_bottom():
+    graph = import_graph()
+    assert sorted(graph) == sorted(ORDER), "a module is missing from ORDER (or ORDER names one that is gone)"
+    assert upward(graph) == []
+
+
+def test_the_import_graph_sees_an_upward_import(tmp_path, monkeypatch):
+    """The check above can fail: a harness that imported the planner would be caught."""
+    fake = tmp_path / "bildlab"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "plan.py").write_text("from . import evaluate\n")
+    (fake / "evaluate.py").write_text("def f():\n    from .plan import Planner\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    graph = import_graph()
+    assert graph == {"": set(), "plan": {"evaluate"}, "evaluate": {"plan"}}
+    assert upward(graph) == ["evaluate imports plan"]
+
+
+def test_no_module_is_too_long():
+    long = {name: n for name, f in _modules().items() if (n := len(f.read_text().splitlines())) > MAX_LINES}
+    assert not long
+
+
+def test_every_import_is_a_declared_dependency():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-") for r in project["dependencies"]}
+    optional = {"ray": "ray", "ipywidgets": "notebooks"}  # imported only where their absence is handled
+    dists = metadata.packages_distributions()
+    missing = set()
+    for f in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"bildlab", "__future__"}:
+                dist = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
+                if not dist & declared and top not in optional:
+                    missing.add(f"{top} ({f.relative_to(ROOT)})")
+    assert not missing
+    for top, extra in optional.items():
+        assert top in str(project["optional-dependencies"][extra])
+
+
+def test_the_version_has_one_source():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bildlab.__version__"}
+    assert metadata.version("bildlab") == bildlab.__version__
