@@ -99,3 +99,28 @@ def test_the_version_has_one_source():
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bildlab.__version__"}
     assert metadata.version("bildlab") == bildlab.__version__
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_fits_a_screen_or_two_and_its_links_resolve():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) <= 250
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    assert {"protocol.md", "paper-profile.md", "toy-world.md", "decoding.md", "cluster.md"} <= {d.name for d in docs}
+    linked = set()
+    for page in [readme, *docs]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.name} links to {target}: no such file"
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
+                assert anchor in {_anchor(h) for h in headings}, f"{page.name} links to {target}: no such heading"
+            linked.add(dest)
+    assert {d.resolve() for d in docs} <= linked, "a page in docs/ that nothing links to"

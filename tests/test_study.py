@@ -458,3 +458,17 @@ def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bi
     assert len(result.records) == 4 + 4  # k=2 greedy, sampled and assisted, BiLD; two per reference pair
     one = study.speculative("toy-mt-llama", ks=[2], reference_pairs="toy-mt", figures=tmp_path, progress=False)
     assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.answer
+
+
+def test_the_readme_table_is_regenerated_from_the_committed_registry(tmp_path, monkeypatch):
+    """RQ5 replayed from results/toy (nothing computed) writes the rows the README's table is made of."""
+    from bildlab import shard
+
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("the replay computed"))
+    params = runner.notebook_defaults("rq5_main_table")
+    pairs = params.pop("pairs")
+    params.update(registry=str(runner.ROOT / "results" / "toy"), figures=str(tmp_path), progress=False)
+    study.rq5(pairs, **params)
+    table = runner.results_table(tmp_path / "rq5_main_table.json")
+    assert f"{runner.START}\n{table}\n{runner.END}" in (runner.ROOT / "README.md").read_text()
+    assert (tmp_path / "rq5_main_table.json").read_text() == (runner.ROOT / "figures" / "rq5_main_table.json").read_text()
