@@ -101,3 +101,36 @@ def test_bench_script_on_the_decoder_only_pair(monkeypatch, capsys):
 def test_bench_script_rejects_methods_without_the_reference(monkeypatch, capsys):
     assert run_bench(monkeypatch, "--methods", "greedy,speculative") == 2
     assert "--methods must include hf_greedy" in capsys.readouterr().err
+
+
+def test_the_paper_size_benchmark_on_shrunken_configs(tmp_path, capsys):
+    # the script at full size takes minutes (run once, its output committed); here with tiny layers and the real
+    # vocabularies: every measurement is made and written, mT5 keeps its own output layer, T5 its tied one
+    import importlib.util
+    import json
+
+    import transformers as tf
+
+    from bildlab.models import cut_vocabulary
+    from bildlab.summary import expected_speedup
+
+    spec = importlib.util.spec_from_file_location("paper_size", BENCH.parent / "paper_size.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for config in bench.CONFIGS.values():
+        config.update(d_model=8, num_layers=1, num_heads=2, d_kv=4, d_ff=16)
+    assert bench.main(["--steps", "1", "--out", str(tmp_path / "out.json")]) == 0
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["protocol"] == {"threads": 1, "repeats": 1, "warmup": 1}
+    for family, rows, untied in (("t5", 32100, False), ("mt5", 250100, True)):
+        r = doc["families"][family]
+        tied = tf.T5ForConditionalGeneration(tf.T5Config(**bench.CONFIGS[f"{family}-large"], **bench.COMMON))
+        cut_vocabulary(tied, rows)
+        assert r["large"]["parameters"] == sum(p.numel() for p in tied.parameters()) + (rows * 8 if untied else 0)
+        assert r["large"]["vocabulary_rows"] == r["small"]["vocabulary_rows"] == rows
+        assert r["large"]["untied_output_layer"] is r["small"]["untied_output_layer"] is untied
+        assert set(r["seconds"]) >= {"large step", "small step", "large verify 8", "large output layer",
+                                     "large encoder 1024", "small encoder 64"}
+        assert r["c"] > 0 and set(r["verify_over_step"]) == {"2", "4", "8"}
+        assert abs(r["expected_speedup"]["a=0.8"]["k=3"]["formula"] - expected_speedup(0.8, 3, r["c"])) < 0.01
+    assert "c = " in capsys.readouterr().out
