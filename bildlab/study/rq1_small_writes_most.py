@@ -32,7 +32,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         for r in bild:
             gap, gap_ci = gaps[id(r)] = _gap_closed(r, small)
             rows.append({"pair": pair, "policy": f"BiLD {_policy(r)}", **_cells(r),
-                         "gap closed": sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], "%", 0)})
+                         "gap closed": sm.fmt_gap(gap, gap_ci)})
             pts.append({"speedup": 1 - r["summary"]["small_share"], "speedup_ci": [1 - r["summary"]["small_share"]] * 2,
                         "score": 100 * gap, "score_ci": [100 * gap_ci[0], 100 * gap_ci[1]],
                         "label": f"fb {r['key']['policy']['fallback']:g}" if r is bild[0] or r is bild[-1] else ""})
@@ -52,10 +52,10 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     parts = []
     for pair, head in headline.items():
         mid, share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
+        closes = (f"BiLD closes {sm.fmt_gap(gap, gap_ci)} of the small-to-large gap at {_speed(mid)}" if gap == gap
+                  else f"BiLD runs at {_speed(mid)}, with {sm.fmt_gap(gap, gap_ci)}")  # NaN: no gap
         parts.append(f"on {pair} (N = {mid['summary']['examples']}), at fallback {head['fallback']:g} the small model "
-                     f"writes {share:.0%} of the tokens and BiLD closes "
-                     f"{sm.fmt(100 * gap, [100 * gap_ci[0], 100 * gap_ci[1]], '%', 0)} of the small-to-large gap at "
-                     f"{_speed(mid)}")
+                     f"writes {share:.0%} of the tokens and {closes}")
     most = [h["small_share"] >= 0.5 for h in headline.values()]
     verdict = "Yes" if all(most) else "No" if not any(most) else "On some pairs"
     answer = f"{verdict}: " + "; ".join(parts) + "."
