@@ -152,6 +152,59 @@ def choose(records: list[dict], tolerance: float | None) -> dict | None:
     return max(ok, key=lambda r: r["summary"]["speedup"]) if ok else None
 
 
+def speed_difference(a: dict, b: dict) -> dict:
+    """a's speedup against b's, paired over the same examples: each record's speedup is against its own vanilla run
+    (records of two sweeps have their own, timed beside them), and the same bootstrap resample of examples is drawn
+    for both. {"n", "speedup_difference" (a - b, in x), "speedup_ratio" (a / b), each with its 95% interval}."""
+    ea, eb = a["examples"], b["examples"]
+    if len(ea) != len(eb):
+        raise ValueError(f"compare needs two records on the same examples; they have {len(ea)} and {len(eb)}")
+    ta, va = (np.array([e[f] for e in ea], dtype=float) for f in ("seconds", "baseline_seconds"))
+    tb, vb = (np.array([e[f] for e in eb], dtype=float) for f in ("seconds", "baseline_seconds"))
+    n, full = len(ea), np.arange(len(ea))[None]
+
+    def difference(idx):
+        return ratio_of_sums(va, ta, idx) - ratio_of_sums(vb, tb, idx)
+
+    def ratio(idx):
+        return ratio_of_sums(va, ta, idx) / ratio_of_sums(vb, tb, idx)
+
+    return {"n": n, "speedup_difference": _round(difference(full)[0]),
+            "speedup_difference_ci": _ci(interval(difference, n)),
+            "speedup_ratio": _round(ratio(full)[0]), "speedup_ratio_ci": _ci(interval(ratio, n))}
+
+
+def compare(a: dict, b: dict, references: list[str] | None = None) -> dict:
+    """Two records on the same examples (same pair, task, split and limit), side by side by their paired
+    differences: the speedup (`speed_difference`) and the quality, a's score minus b's (`delta`), each with its 95%
+    paired-bootstrap interval and N. `references`: the examples' targets (default: loaded from the task)."""
+    differ = [f for f in ("pair", "task", "split", "limit") if a["key"].get(f) != b["key"].get(f)]
+    if differ:
+        raise ValueError(f"compare needs two records on the same examples; their keys differ in {', '.join(differ)}")
+    if references is None:
+        from .tasks import load_task
+
+        key = a["key"]
+        references = [ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])]
+    metric = a["summary"]["metric"]
+    out = speed_difference(a, b)
+    ours, theirs = (metrics.sentence_data(metric, [e["output"] for e in r["examples"]], references) for r in (a, b))
+    out["delta"], out["delta_ci"] = score_difference(metric, ours, theirs)
+    out["metric"] = metric
+    return out
+
+
+def says(c: dict, names=("the first", "the second")) -> str:
+    """What a comparison allows one to say about speed, with the paired difference and its interval."""
+    d, (lo, hi) = c["speedup_difference"], c["speedup_difference_ci"]
+    detail = f"{names[0]} - {names[1]} {fmt(d, [lo, hi], 'x', signed=True)}, paired, N = {c['n']}"
+    if lo > 0:
+        return f"{names[0]} is detectably faster ({detail})"
+    if hi < 0:
+        return f"{names[1]} is detectably faster ({detail})"
+    return f"no detectable difference in speed ({detail})"
+
+
 def dominates(a: dict, b: dict) -> bool:
     """a dominates b only where the intervals separate: a is faster (its speedup interval lies above b's) and not
     worse (its quality-change interval does not lie below b's), or better (above) and not slower."""

@@ -9,7 +9,7 @@ import pytest
 
 from bildlab import plots, runner, study, summary
 from bildlab.params import check_params
-from bildlab.study.common import _compare_speed
+from bildlab.study.common import _versus
 
 
 @pytest.mark.parametrize("params, words", [
@@ -207,7 +207,7 @@ def _fake_record(pair, entry, speed, delta, identical, n=20):
          "speedup_ci": [speed - 0.05, speed + 0.05], "speedup_hf": speed, "speedup_hf_ci": [speed - 0.05, speed + 0.05],
          "truncated": 0, "baseline_truncated": 0, "small_share": 0.8, "mean_accepted": 3.0, "tokens": 100}
     rows = [{"stats": {"accepted": 3, "rollbacks": 1, "small_seconds": 0.01, "small_calls": 4}, "baseline_seconds": 0.1,
-             "baseline_tokens": 5}] * n
+             "baseline_tokens": 5, "seconds": 0.1 / speed, "output": ""}] * n
     return {"key": {"pair": pair, "task": "toy-mt", "split": "validation", "limit": n, "method": e["method"],
                     "draft": e["draft"], "policy": policy}, "summary": s, "examples": rows}
 
@@ -250,13 +250,14 @@ def test_rq2_to_rq4_answer_for_every_pair_with_its_metric(monkeypatch, tmp_path,
     assert [ax.get_ylabel() for ax in result.figure.axes] == ["BLEU", "ROUGE-L"]  # one panel per pair
 
 
-def test_overlapping_intervals_read_as_no_detectable_difference():
+def test_two_rows_are_compared_by_their_paired_difference_not_by_overlap():
     a = _fake_record("toy-mt", {}, 1.50, 0.0, 20)
-    b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)
-    c = _fake_record("toy-mt", {}, 1.80, 0.0, 20)
-    assert _compare_speed(a, b) == "no detectable difference (the intervals overlap)"
-    assert _compare_speed(c, a) == "the first is detectably faster"
-    assert _compare_speed(a, c) == "the second is detectably faster"
+    b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)  # its own interval [1.53, 1.63] overlaps a's [1.45, 1.55]
+    assert _versus(b, a) == ("the first is detectably faster (the first - the second +0.08x [+0.08, +0.08], paired, "
+                             "N = 20)")
+    assert _versus(a, b, ("a", "b")).startswith("b is detectably faster (a - b -0.08x")
+    assert _versus(a, a).startswith("no detectable difference in speed")
+    assert _versus(a, None) == "not comparable (a side has no qualifying policy)"
 
 
 def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch, tmp_path):
@@ -454,7 +455,7 @@ def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bi
                                                      ("toy-sum", "speculative (k=4)"), ("toy-sum", "bild (fb 0.5, rb 3)")]
     assert ("On toy-sum (N = 20), fixed-k speculative decoding 1.40x [1.35, 1.45] (k=4; lossless), 20 of 20 outputs "
             "identical, against BiLD 1.60x [1.55, 1.65] (fb 0.5, rb 3; -0.80 [-1.30, -0.30] ROUGE-L): BiLD is "
-            "detectably faster.") in result.answer
+            "detectably faster (speculative decoding - BiLD -0.20x [-0.20, -0.20], paired, N = 20).") in result.answer
     assert len(result.records) == 4 + 4  # k=2 greedy, sampled and assisted, BiLD; two per reference pair
     one = study.speculative("toy-mt-llama", ks=[2], reference_pairs="toy-mt", figures=tmp_path, progress=False)
     assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.answer

@@ -77,16 +77,19 @@ def _speed(record: dict | None) -> str:
     return f"{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
 
 
-def _compare_speed(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
-    """Whether two speedups differ detectably: their intervals separate."""
+def _versus(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
+    """Two rows timed on the same examples, by the intervals of their paired differences (`summary.compare`): speed,
+    and quality where their outputs differ. Never by whether their own intervals overlap."""
     if a is None or b is None:
         return "not comparable (a side has no qualifying policy)"
-    (alo, ahi), (blo, bhi) = a["summary"]["speedup_ci"], b["summary"]["speedup_ci"]
-    if alo > bhi:
-        return f"{names[0]} is detectably faster"
-    if blo > ahi:
-        return f"{names[1]} is detectably faster"
-    return "no detectable difference (the intervals overlap)"
+    if a.get("placeholder") or b.get("placeholder"):
+        return "not computed (a plan)"
+    c = sm.compare(a, b)
+    text = sm.says(c, names)
+    if c["delta_ci"] != [0, 0]:
+        metric = METRIC_NAMES.get(c["metric"], c["metric"])
+        text += f"; quality {names[0]} - {names[1]} {sm.fmt(c['delta'], c['delta_ci'], signed=True)} {metric}"
+    return text
 
 
 def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:

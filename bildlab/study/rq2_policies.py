@@ -6,7 +6,7 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import INF, Result, _policy, _cells, _point, _speed, _compare_speed, _on_test, _grid, _val, _each_pair
+from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
@@ -39,7 +39,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                             title=f"{pair}: fallback x rollback ({val_split}, N = {s0['examples']})")
         both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
         test = _on_test(pair, best, sweep, **run)
-        vs = {kind: _compare_speed(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
+        vs = {kind: _versus(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
               for kind in ("fallback only", "rollback only")}
         n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
         answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "

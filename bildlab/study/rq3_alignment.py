@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .. import evaluate as ev
-from .common import Result, _speed, _compare_speed, _grid, _each_pair, _drafts
+from .. import summary as sm
+from .common import Result, _speed, _versus, _grid, _each_pair, _drafts
 
 
 def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
@@ -21,7 +22,8 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
                   f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
                   f"The {d['within']}: aligned {_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
-                  f"{_compare_speed(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}.")
+                  f"{_versus(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
+                  + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split))
         headline = {"agreement": agree, "speedup_within_tolerance": {
             k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
@@ -39,3 +41,19 @@ def _agreement(pair: str) -> dict:
     out = {"unaligned": test.get(small, {}).get("agreement"), "aligned": test.get(aligned, {}).get("agreement")}
     out["early exit"] = test.get("t5-early-exit", {}).get("agreement") if large.startswith("t5") else None
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _matched(aligned: list[dict], unaligned: list[dict], split: str) -> str:
+    """Aligned against unaligned at the same policy, where both are lossless (so their outputs are the same and only
+    speed differs), each pair of records by its paired speed difference on the shared validation examples."""
+    pairs = [(a, u) for a, u in zip(aligned, unaligned) if sm.lossless(a) and sm.lossless(u)
+             and not a.get("placeholder")]
+    if not pairs:
+        return f"No policy is lossless for both on {split}."
+    diffs = [sm.speed_difference(a, u) for a, u in pairs]
+    faster = sum(c["speedup_difference_ci"][0] > 0 for c in diffs)
+    slower = sum(c["speedup_difference_ci"][1] < 0 for c in diffs)
+    lo, hi = min(c["speedup_difference"] for c in diffs), max(c["speedup_difference"] for c in diffs)
+    return (f"At the same policy, where both are lossless on {split} ({len(pairs)} policies, N = {diffs[0]['n']}), "
+            f"the aligned is detectably faster at {faster}, the unaligned at {slower} (paired differences aligned - "
+            f"unaligned {lo:+.3f}x to {hi:+.3f}x).")

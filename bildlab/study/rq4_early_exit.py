@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import evaluate as ev
 from .. import summary as sm
-from .common import Result, _speed, _compare_speed, _grid, _each_pair, _drafts
+from .common import Result, _speed, _versus, _grid, _each_pair, _drafts
 
 
 def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
@@ -24,7 +24,7 @@ def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         accept = {label: round(sum(sm.acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
         answer = (f"On {pair}, the {d['within']}: early exit {_speed(best['early exit'])}, separate small "
                   f"{_speed(best['separate small'])}: "
-                  f"{_compare_speed(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
+                  f"{_versus(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
                   f"Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
                   f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
         headline = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {

@@ -140,6 +140,8 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             x = h[rows[0]]
             loss = ("every output identical to vanilla" if x["identical"] == x["examples"] else
                     f"{sm.fmt(x['delta'], x['delta_ci'], signed=True)} {metric}")
+            if x["policy"][0] < sm.LN2:  # every disagreement is rolled back: greedy's output whatever the models
+                loss += " by construction: rollback below ln 2"
             passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
             names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
             parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
-from .common import Result, _frame, _policy, _cells, _speed, _compare_speed, _pairs
+from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
@@ -49,7 +49,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         s = spec["summary"]
         versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {_speed(spec)}, "
                       f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
-                      f"{_compare_speed(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
+                      f"{_versus(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
         ref += [spec, ref_bild]
     table = _frame(rows)
     series, cis = {}, {}
@@ -71,7 +71,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     answer = (f"Greedy speculative decoding on {pair} (N = {best['summary']['examples']}) is lossless: {identical} of "
               f"{total} outputs identical to the large model's. Fastest at k={best['key']['policy']['k']}: "
               f"{_speed(best)}" + (f"; against k={rival['key']['policy']['k']} ({_speed(rival)}): "
-                                  f"{_compare_speed(best, rival)}" if rival else "")
+                                  f"{_versus(best, rival)}" if rival else "")
               + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
               f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
               f"{_speed(bild)}." + "".join(" " + v for v in versus))
