@@ -1,0 +1,289 @@
+"""Exact outputs in batches: `decoding.generate`'s greedy, BiLD and greedy speculative outputs, many inputs at once.
+
+    outs = generate_batch(large, [x0, x1, ...], small=small, method="bild", fallback=0.5, rollback=3.0)
+    outs[i].tokens == generate(large, xs[i], small=small, method="bild", fallback=0.5, rollback=3.0).tokens
+
+The engine's greedy outputs need no speculation to be computed. At every position, with both models run on the
+committed prefix, its next token follows from the two distributions and a little per-row state, so here both models
+run one position at a time over a batch of rows ("lockstep") and these rules pick the token:
+
+    greedy       the large argmax.
+    bild         the first token is the large model's. Then, with `run` the small tokens written since the large model
+                 last chose: run == max_small_steps -> the large argmax (the N-limit, checked first); the small model's
+                 confidence below `fallback` (compared in float64, as the engine's `.tolist()`) -> the large argmax
+                 (a fallback); the small argmax d with -log p_L(d) > `rollback` (float32) that differs from the large
+                 argmax -> the large argmax (a rollback; rollback_rule="first-above" examines only the first small
+                 token above the threshold since the large model last chose); else d. A confident small EOS is
+                 verified like any token; at the budget the large model adds no token. fallback >= 1 is greedy.
+    speculative  the large argmax (greedy speculative decoding's output is the large model's greedy output); its
+                 statistics follow from where the two argmaxes agree, window by window of min(k, left) drafts.
+
+Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only prompts are left-padded, with an
+attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
+rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
+`Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
+at the step it finishes, so it costs no further compute. An early-exit draft (`early_exit.exit_draft`) uses the large
+model's encoder outputs but keeps its own cache (its bottom layers run twice per token; the engine recomputes them
+too, in the large model's pass).
+
+Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly: small_tokens,
+large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and fallbacks except for BiLD rows with
+a rollback, where the engine also counts the small model's work on the branch the rollback discarded (more drafted
+tokens, and maybe a fallback at its end), which lockstep never computes. Counts it cannot give are left out and named
+in `stats["inexact"]`, which always names the engine's timings (large_seconds, small_seconds, seconds): rows share
+their model calls. Sampling is refused: a sampled output depends on the random stream of the sequential engine.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
+from .early_exit import shares_bottom_layers
+from .views import forward_kwargs
+
+TIMINGS = ("large_seconds", "small_seconds", "seconds")
+BRANCH = ("small_calls", "drafted", "fallbacks")  # BiLD counts that include the work on a rolled-back branch
+
+
+class _Rows:
+    """One model run over the rows of a batch, one position per row and call: its KV cache and encoder outputs."""
+
+    def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
+        self.model = model
+        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.encoded = None
+        if model.config.is_encoder_decoder:
+            if encoded is None:
+                encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask).last_hidden_state
+            self.encoded = encoded
+            # layers are added as the decoder uses them (see views.View)
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        else:
+            self.cache = DynamicCache(config=model.config)
+
+    def logits(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """Feed ids [rows, n] and return float logits [rows, vocab] at the last fed position."""
+        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask}
+        if self.encoded is not None:
+            kw.update(decoder_input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=self.encoded))
+        else:
+            kw.update(input_ids=ids, position_ids=positions)
+            if self.keep_kw:
+                kw["logits_to_keep"] = 1
+        return self.model(**kw).logits[:, -1].float()
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+        if self.encoded is not None:
+            self.encoded = self.encoded[keep]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The rules: from the large (and small) logits at one position of every row and the rows' state, the rows' tokens.
+# Each returns (token, close): close says where the engine's verification window ends at this position.
+
+
+def _greedy_step(t, large, small, st, policy):
+    return large.argmax(-1), None
+
+
+def _bild_step(t, large, small, st, policy):
+    target = large.argmax(-1)
+    if t == 0:
+        return target, None  # the first token is the large model's
+    token = small.argmax(-1)
+    confidence = small.softmax(-1).gather(-1, token[:, None])[:, 0]
+    nll = -large.log_softmax(-1).gather(-1, token[:, None])[:, 0]
+    full = st["run"] >= policy["max_small_steps"]  # the N-limit comes before the confidence
+    fell = ~full & (confidence.double() < policy["fallback"])  # float64, as the engine compares its .tolist()
+    above = nll > policy["rollback"]  # float32, as the engine
+    bad = above & (token != target)
+    if policy["rollback_rule"] == "first-above":
+        bad &= ~st["above"]
+    written = ~full & ~fell
+    rolled = written & bad
+    kept = written & ~rolled
+    st["fallbacks"] += fell
+    st["rollbacks"] += rolled
+    st["small_tokens"] += kept
+    st["run"] = torch.where(kept, st["run"] + 1, 0)
+    st["above"] = (st["above"] | above) & kept
+    return torch.where(kept, token, target), None
+
+
+def _speculative_step(t, large, small, st, policy):
+    target = large.argmax(-1)
+    width = (policy["max_new_tokens"] - st["start"]).clamp_max(policy["k"])  # the window's drafted tokens, m
+    drafting = st["run"] < width
+    accept = drafting & (small.argmax(-1) == target)
+    close = ~accept if t + 1 < policy["max_new_tokens"] else torch.ones_like(accept)
+    st["small_tokens"] += accept & ~st["ended"]  # after an accepted EOS the window runs on, counting no tokens
+    st["rollbacks"] += drafting & ~accept
+    st["drafted"] += torch.where(close, width, 0)
+    st["large_calls"] += close
+    st["run"] = torch.where(close, 0, st["run"] + 1)
+    st["start"] = torch.where(close, t + 1, st["start"])
+    return target, close
+
+
+STEPS = {"greedy": _greedy_step, "bild": _bild_step, "speculative": _speculative_step}
+STATE = {"greedy": (), "bild": ("run", "above", "small_tokens", "fallbacks", "rollbacks"),
+         "speculative": ("run", "start", "small_tokens", "rollbacks", "drafted", "large_calls")}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One batch
+
+
+def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[torch.Tensor], method: str,
+              policy: dict, eos: torch.Tensor) -> list[Output]:
+    """Decode the rows `xs` together; `small` is None when the method never drafts."""
+    B, budget, device = len(xs), policy["max_new_tokens"], large.device
+    if budget == 0:
+        return [Output([], _stats(method, small, None)) for _ in xs]
+    lengths = torch.tensor([x.shape[1] for x in xs], device=device)
+    P = int(lengths.max())
+    if large.config.is_encoder_decoder:  # right padding, the encoder mask also masks cross-attention
+        source = torch.zeros((B, P), dtype=torch.long, device=device)
+        mask = torch.zeros((B, P), dtype=torch.long, device=device)
+        for i, x in enumerate(xs):
+            source[i, : x.shape[1]], mask[i, : x.shape[1]] = x[0], 1
+        models = [_Rows(large, source, mask)]
+        if small is not None:
+            shared = models[0].encoded if shares_bottom_layers(small, large) else None
+            models.append(_Rows(small, source, mask, shared))
+        ids, positions, masks = torch.full((B, 1), _decoder_start(large), device=device), None, None
+    else:  # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens only
+        ids = torch.zeros((B, P), dtype=torch.long, device=device)
+        masks = torch.ones((B, P + budget), dtype=torch.long, device=device)
+        for i, x in enumerate(xs):
+            ids[i, P - x.shape[1] :] = x[0]
+            masks[i, : P - x.shape[1]] = 0
+        mask = masks[:, :P]
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        models = [_Rows(large)] + ([_Rows(small)] if small is not None else [])
+
+    step = STEPS[method if small is not None else "greedy"]
+    zeros = torch.zeros(B, dtype=torch.long, device=device)
+    st = {name: zeros.clone() for name in STATE[method if small is not None else "greedy"]}
+    st["above"] = zeros.bool()
+    st["ended"] = zeros.bool()  # the output has its EOS
+    st["length"] = torch.full((B,), budget, device=device)
+    rows = torch.arange(B, device=device)  # each active row's index in xs
+    tokens = torch.empty((B, budget), dtype=torch.long, device=device)
+    final = {}  # finished rows: index in xs -> their state, on the host
+    for t in range(budget):
+        logits = [m.logits(ids, mask, positions) for m in models]
+        token, close = step(t, logits[0], logits[-1] if small is not None else None, st, policy)
+        tokens[rows, t] = token
+        ends = ~st["ended"] & torch.isin(token, eos)
+        st["length"] = torch.where(ends, t + 1, st["length"])
+        st["ended"] |= ends
+        done = st["ended"] if close is None else st["ended"] & close
+        if t + 1 == budget:
+            done = torch.ones_like(done)
+        if done.any():  # the one host sync per step: finished rows leave the batch
+            for name, values in st.items():
+                for i, v in zip(rows[done].tolist(), values[done].tolist()):
+                    final.setdefault(i, {})[name] = v
+            keep = (~done).nonzero()[:, 0]
+            if len(keep) == 0:
+                break
+            for m in models:
+                m.select(keep)
+            st = {name: values[keep] for name, values in st.items()}
+            rows, token = rows[keep], token[keep]
+            if masks is not None:
+                masks, lengths = masks[keep], lengths[keep]
+            else:
+                mask = mask[keep]
+        ids = token[:, None]
+        if masks is not None:
+            mask = masks[:, : P + t + 1]
+            positions = (lengths + t)[:, None]
+    tokens = tokens.tolist()
+    return [Output(tokens[i][: final[i]["length"]], _stats(method, small, final[i])) for i in range(B)]
+
+
+def _stats(method: str, small, st: dict | None) -> dict:
+    """The engine's counts for one row, from its final lockstep state; those it cannot give, named in 'inexact'."""
+    n = st["length"] if st else 0
+    if small is None or not st:  # the large model alone, or nothing to decode
+        stats = dict(small_tokens=0, large_tokens=n, small_calls=0, large_calls=n, drafted=0, accepted=0,
+                     fallbacks=0, rollbacks=0)
+    elif method == "bild":
+        kept = st["small_tokens"]
+        stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=kept + st["fallbacks"],
+                     large_calls=n - kept + int(st["run"] > 0), drafted=kept, accepted=kept, fallbacks=st["fallbacks"],
+                     rollbacks=st["rollbacks"])  # the last call verified small tokens and added none: run > 0
+    else:
+        kept = st["small_tokens"]
+        stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=st["drafted"],
+                     large_calls=st["large_calls"], drafted=st["drafted"], accepted=kept, fallbacks=0,
+                     rollbacks=st["rollbacks"])
+    inexact = list(BRANCH) if method == "bild" and stats["rollbacks"] else []
+    for key in inexact:
+        del stats[key]
+    stats["inexact"] = inexact + list(TIMINGS)
+    return stats
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The entry point
+
+
+@torch.inference_mode()
+def generate_batch(
+    large: PreTrainedModel,
+    inputs: list[torch.Tensor],
+    *,
+    small: PreTrainedModel | None = None,
+    method: str = "greedy",
+    batch_size: int = 64,
+    max_new_tokens: int = 128,
+    eos_token_id: int | list[int] | None = None,
+    k: int = 4,
+    fallback: float = 0.6,
+    rollback: float = 5.0,
+    max_small_steps: int = 10,
+    rollback_rule: str = "first-differing",
+    do_sample: bool = False,
+) -> list[Output]:
+    """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens equal
+    `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n] LongTensors; the keywords
+    are `generate`'s. Methods greedy, bild and (greedy) speculative; see the module docstring for `stats`."""
+    if method == "sample" or do_sample is True:
+        raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
+                         "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
+                         "not reproduce; use generate for sampling")
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"inputs must be a list of [1, n] LongTensors; got {type(inputs).__name__}")
+    policy = dict(max_new_tokens=max_new_tokens, k=k, fallback=fallback, rollback=rollback,
+                  max_small_steps=max_small_steps, rollback_rule=rollback_rule)
+
+    def check(x):
+        return _check(large, x, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
+                      1.0, None, None, None, rollback_rule)
+
+    check(torch.ones((1, 1), dtype=torch.long))  # the models and the policy, before any input is named
+    xs = []
+    for i, x in enumerate(inputs):
+        try:
+            xs.append(check(x))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"inputs[{i}]: {e}") from None
+    eos = torch.tensor(sorted(_eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
+    drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
+    order = sorted(range(len(xs)), key=lambda i: xs[i].shape[1])
+    outputs = [None] * len(xs)
+    for b in range(0, len(order), batch_size):
+        rows = order[b : b + batch_size]
+        for i, out in zip(rows, _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy,
+                                          eos)):
+            outputs[i] = out
+    return outputs
