@@ -91,6 +91,15 @@ def _registry(args) -> int:
             return 2
         if args.migrate:
             print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
+        if args.unused or args.prune:
+            from .plan import Planner, plan, unused
+
+            planner = Planner()
+            plan(args.profile, overrides={"registry": str(Path(root).resolve())}, planner=planner)
+            for path in unused(root, planner.read):
+                print(path)
+                if args.prune:
+                    path.unlink()
     return 0
 
 
@@ -163,8 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     study.set_defaults(run=_study)
     registry = sub.add_parser("registry", help="look after a results registry")
     registry.add_argument("root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)")
-    registry.add_argument("--migrate", action="store_true", required=True,
-                          help="move records keyed by library versions (bildlab <= 0.2) to keys without them")
+    what = registry.add_mutually_exclusive_group(required=True)
+    what.add_argument("--migrate", action="store_true",
+                      help="move records keyed by library versions (bildlab <= 0.2) to keys without them")
+    what.add_argument("--unused", action="store_true",
+                      help="list the records that no notebook with its stored parameters reads")
+    what.add_argument("--prune", action="store_true", help="remove those records (listed as they go)")
+    registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
+                          help="the notebooks' parameters that --unused and --prune read with (default: toy)")
     registry.set_defaults(run=_registry)
     args = ap.parse_args(argv)
     try:

@@ -16,9 +16,10 @@ The methods differ only in those two small rules:
                   or max_small_steps tokens in a row                 (and != the large argmax) is replaced; option
                                                                      rollback_rule="first-above": the paper's code
 
-Every model keeps its own KV cache (`views.py`: transformers `Cache` objects); rejected positions are cropped, encoders run once
-per input, and the prefix is never recomputed. A draft that is an early exit of the large model (`early_exit.py`) has
-no cache or encoder run of its own: it uses the large model's encoder outputs and the cache of its bottom layers.
+Every model keeps its own KV cache (`views.py`: transformers `Cache` objects); rejected positions are cropped,
+encoders run once per input, and the prefix is never recomputed. A draft that is an early exit of the large model
+(`early_exit.py`) has no cache or encoder run of its own: it uses the large model's encoder outputs and the cache of
+its bottom layers.
 Batch size 1, as in the papers.
 """
 

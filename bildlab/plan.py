@@ -15,10 +15,12 @@ Nothing is global: two plans in one process do not see each other.
 from __future__ import annotations
 
 import tempfile
+import warnings
+from pathlib import Path
 
 from . import evaluate as ev
 from . import study
-from .registry import digest
+from .registry import Registry, digest
 from .runner import NOTEBOOKS, notebook_defaults, notebook_names, profile_params
 from .tasks import PAPER_TASKS, task_metric
 
@@ -39,12 +41,14 @@ class Planner:
 
     def __init__(self):
         self.sweeps: list[dict] = []
+        self.read: set[str] = set()  # the digests of every record key the questions asked for
         self._counted: set[str] = set()  # the keys of the records this plan already counts
 
     def sweep(self, pair: str, grid: list[dict], *, progress=None, check_only: bool = False, **run) -> list[dict]:
         found = ev.lookup(pair, grid, offline=True, **run)
         if check_only:
             return None
+        self.read.update(digest(key) for key in found.keys)
         found.todo = [i for i in found.todo if digest(found.keys[i]) not in self._counted]
         self._counted.update(digest(found.keys[i]) for i in found.todo)
         n, runners = found.examples(), len(found.runners())
@@ -64,9 +68,10 @@ def _placeholder(key: dict, n: int, metric: str) -> dict:
     return {"key": key, "summary": s, "examples": [row] * n, "placeholder": True}
 
 
-def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: dict | None = None) -> list[dict]:
+def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: dict | None = None,
+         planner: Planner | None = None) -> list[dict]:
     """One row per notebook: sweeps, decodes still to run (policies without a record), estimated hours of each kind."""
-    planner, rows = Planner(), []  # one plan: a shared record counts once
+    planner, rows = planner or Planner(), []  # one plan: a shared record counts once
     with tempfile.TemporaryDirectory() as figures:
         for name in notebooks or notebook_names():
             params = {**notebook_defaults(name), **profile_params(profile, name), **(overrides or {})}
@@ -86,6 +91,16 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
         row.update(sweeps=len(sweeps), decodes=sum(s["decodes"] for s in sweeps),
                    hours={k: round(v, 2) for k, v in hours.items()})
     return rows
+
+
+def unused(registry: str | Path, read: set[str]) -> list[Path]:
+    """The record files of `registry` whose key is not among `read` (a `Planner.read` after a plan of every notebook:
+    what no notebook with its stored parameters reads)."""
+    reg = Registry(registry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a corrupt file is unused too
+        kept = {reg.path(r["key"]) for r in reg.records() if digest(r["key"]) in read}
+    return [p for p in reg.files() if p not in kept]
 
 
 def format_plan(rows: list[dict], profile: str) -> str:

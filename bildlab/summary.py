@@ -197,7 +197,7 @@ def compare(a: dict, b: dict, references: list[str] | None = None) -> dict:
 def says(c: dict, names=("the first", "the second")) -> str:
     """What a comparison allows one to say about speed, with the paired difference and its interval."""
     d, (lo, hi) = c["speedup_difference"], c["speedup_difference_ci"]
-    detail = f"{names[0]} - {names[1]} {fmt(d, [lo, hi], 'x', signed=True)}, paired, N = {c['n']}"
+    detail = f"{names[0]} - {names[1]} {fmt(d, [lo, hi], 'x', 3, signed=True)}, paired, N = {c['n']}"
     if lo > 0:
         return f"{names[0]} is detectably faster ({detail})"
     if hi < 0:

@@ -24,7 +24,7 @@ def test_identical_records_differ_by_exactly_nothing():
     assert c["n"] == 20 and c["speedup_difference"] == 0 and c["speedup_difference_ci"] == [0, 0]
     assert c["speedup_ratio"] == 1 and c["speedup_ratio_ci"] == [1, 1]
     assert c["delta"] == 0 and c["delta_ci"] == [0, 0]
-    assert sm.says(c).startswith("no detectable difference in speed (the first - the second +0.00x [+0.00, +0.00]")
+    assert sm.says(c).startswith("no detectable difference in speed (the first - the second +0.000x [+0.000, +0.000]")
 
 
 def test_a_shifted_row_is_detectably_slower_though_the_intervals_overlap():

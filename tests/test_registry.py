@@ -131,11 +131,13 @@ def test_a_plan_reads_the_records_that_exist(fake_zoo, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_committed_study_plans_nothing_to_run(monkeypatch):
-    """The committed registry holds every record the six notebooks read: a replay computes nothing."""
+def test_the_committed_study_plans_nothing_to_run_and_holds_nothing_else(monkeypatch):
+    """The committed registry holds every record the six notebooks read (a replay computes nothing), and only them."""
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
-    rows = plan.plan("toy")
+    planner = plan.Planner()
+    rows = plan.plan("toy", planner=planner)
     assert {r["notebook"]: r["decodes"] for r in rows} == dict.fromkeys(runner.notebook_names(), 0)
+    assert plan.unused(ROOT / "results" / "toy", planner.read) == []  # and it holds nothing else
 
 
 def test_the_lock_pins_every_package_the_study_and_the_tests_import():
@@ -164,6 +166,17 @@ def test_the_lock_pins_every_package_the_study_and_the_tests_import():
     assert "-c requirements.lock" in env and f"torch=={norm['torch']}" in env
     make = subprocess.run(["make", "-n", "setup"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert make.count("-c requirements.lock") == 2
+
+
+def test_records_no_notebook_reads_are_listed_and_pruned(fake_zoo, tmp_path):
+    reg = tmp_path / "results"
+    ev.sweep("toy-mt", [{"fallback": 0.3}, {"fallback": 0.6}], registry=reg, **FAST)
+    planner = plan.Planner()
+    planner.sweep("toy-mt", [{"fallback": 0.6}], registry=reg, **FAST)  # what a notebook would read
+    (stale,) = plan.unused(reg, planner.read)
+    assert json.loads(stale.read_text())["key"]["policy"]["fallback"] == 0.3
+    (reg / "toy-mt" / "x.json").write_text("[]")  # not a record: unused too
+    assert len(plan.unused(reg, planner.read)) == 2
 
 
 def test_the_cli_migrates_a_registry(tmp_path):

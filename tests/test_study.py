@@ -253,9 +253,9 @@ def test_rq2_to_rq4_answer_for_every_pair_with_its_metric(monkeypatch, tmp_path,
 def test_two_rows_are_compared_by_their_paired_difference_not_by_overlap():
     a = _fake_record("toy-mt", {}, 1.50, 0.0, 20)
     b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)  # its own interval [1.53, 1.63] overlaps a's [1.45, 1.55]
-    assert _versus(b, a) == ("the first is detectably faster (the first - the second +0.08x [+0.08, +0.08], paired, "
+    assert _versus(b, a) == ("the first is detectably faster (the first - the second +0.080x [+0.080, +0.080], paired, "
                              "N = 20)")
-    assert _versus(a, b, ("a", "b")).startswith("b is detectably faster (a - b -0.08x")
+    assert _versus(a, b, ("a", "b")).startswith("b is detectably faster (a - b -0.080x")
     assert _versus(a, a).startswith("no detectable difference in speed")
     assert _versus(a, None) == "not comparable (a side has no qualifying policy)"
 
@@ -455,7 +455,8 @@ def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bi
                                                      ("toy-sum", "speculative (k=4)"), ("toy-sum", "bild (fb 0.5, rb 3)")]
     assert ("On toy-sum (N = 20), fixed-k speculative decoding 1.40x [1.35, 1.45] (k=4; lossless), 20 of 20 outputs "
             "identical, against BiLD 1.60x [1.55, 1.65] (fb 0.5, rb 3; -0.80 [-1.30, -0.30] ROUGE-L): BiLD is "
-            "detectably faster (speculative decoding - BiLD -0.20x [-0.20, -0.20], paired, N = 20).") in result.answer
+            "detectably faster (speculative decoding - BiLD -0.200x [-0.200, -0.200], paired, N = 20).") \
+        in result.answer
     assert len(result.records) == 4 + 4  # k=2 greedy, sampled and assisted, BiLD; two per reference pair
     one = study.speculative("toy-mt-llama", ks=[2], reference_pairs="toy-mt", figures=tmp_path, progress=False)
     assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.answer

@@ -77,6 +77,11 @@ def _speed(record: dict | None) -> str:
     return f"{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
 
 
+def _speedup(record: dict | None) -> list | None:
+    """A record's speedup with its interval, [1.42, [1.38, 1.46]], for a headline (None: no policy qualified)."""
+    return None if record is None else [record["summary"]["speedup"], record["summary"]["speedup_ci"]]
+
+
 def _versus(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
     """Two rows timed on the same examples, by the intervals of their paired differences (`summary.compare`): speed,
     and quality where their outputs differ. Never by whether their own intervals overlap."""
@@ -96,7 +101,8 @@ def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:
     """The policies chosen on validation ({label: record or None}), evaluated together on the test split (`run`'s
     split and limit) in one sweep: {label: test record or None}."""
     picked = {label: r for label, r in chosen.items() if r is not None}
-    entries = [{"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]} for r in picked.values()]
+    entries = [{"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]}
+               for r in picked.values()]
     tested = sweep(pair, entries, **run) if entries else []
     out = dict.fromkeys(chosen)
     out.update(zip(picked, tested))

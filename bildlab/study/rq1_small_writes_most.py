@@ -6,7 +6,7 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import Result, _frame, _policy, _cells, _speed, _pairs
+from .common import Result, _frame, _policy, _cells, _speed, _pairs, _speedup
 
 
 def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollback: float = 3.0,
@@ -40,7 +40,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
         headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": gaps[id(mid)][0],
                           "gap_closed_ci": gaps[id(mid)][1], "fallback": mid["key"]["policy"]["fallback"],
-                          "record": mid}
+                          "speedup": _speedup(mid), "record": mid}
     points["anchors: small alone, large alone"] = [
         {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
         {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]

@@ -6,7 +6,7 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair
+from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair, _speedup
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
@@ -49,7 +49,8 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                   f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "
                   f"where intervals separate (with both thresholds: {both}).")
         headline = {"front": len(front), "policies": len(val),
-                    "chosen": {k: (_policy(b) if b else None) for k, b in best.items()}}
+                    "chosen": {k: (_policy(b) if b else None) for k, b in best.items()},
+                    "test": {k: _speedup(t) for k, t in test.items()}}
         return rows, val + [t for t in test.values() if t], headline, answer
 
     return _each_pair("RQ2", "rq2_policies", pairs, figures, one)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import evaluate as ev
 from .. import summary as sm
-from .common import Result, _speed, _versus, _grid, _each_pair, _drafts
+from .common import Result, _speed, _versus, _grid, _each_pair, _drafts, _speedup, _policy
 
 
 def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
@@ -24,8 +24,8 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                   f"The {d['within']}: aligned {_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
                   f"{_versus(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
                   + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split))
-        headline = {"agreement": agree, "speedup_within_tolerance": {
-            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+        headline = {"agreement": agree, "chosen": {k: (_policy(b) if b else None) for k, b in best.items()},
+                    "speedup_within_tolerance": {k: _speedup(b) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
 
     return _each_pair("RQ3", "rq3_alignment", pairs, figures, one)
@@ -49,7 +49,7 @@ def _matched(aligned: list[dict], unaligned: list[dict], split: str) -> str:
     pairs = [(a, u) for a, u in zip(aligned, unaligned) if sm.lossless(a) and sm.lossless(u)
              and not a.get("placeholder")]
     if not pairs:
-        return f"No policy is lossless for both on {split}."
+        return f"No policy keeps every output identical to vanilla's for both on {split}."
     diffs = [sm.speed_difference(a, u) for a, u in pairs]
     faster = sum(c["speedup_difference_ci"][0] > 0 for c in diffs)
     slower = sum(c["speedup_difference_ci"][1] < 0 for c in diffs)

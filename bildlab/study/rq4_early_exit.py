@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import evaluate as ev
 from .. import summary as sm
-from .common import Result, _speed, _versus, _grid, _each_pair, _drafts
+from .common import Result, _speed, _versus, _grid, _each_pair, _drafts, _speedup
 
 
 def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
@@ -27,8 +27,8 @@ def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                   f"{_versus(best['early exit'], best['separate small'], ('the early exit', 'the small'))}. "
                   f"Cost ratio c (draft step / large step): early exit {costs['early exit']}, separate small "
                   f"{costs['separate small']}; acceptance {accept['early exit']} vs {accept['separate small']}.")
-        headline = {"cost_ratio": costs, "acceptance": accept, "speedup_within_tolerance": {
-            k: (b["summary"]["speedup"] if b else None) for k, b in best.items()}}
+        headline = {"cost_ratio": costs, "acceptance": accept,
+                    "speedup_within_tolerance": {k: _speedup(b) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
 
     return _each_pair("RQ4", "rq4_early_exit", pairs, figures, one)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
-from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs
+from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
@@ -56,7 +56,8 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
         series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
         cis[f"{mode}: measured"] = [r["summary"]["speedup_ci"] for r in group]
-        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r)) for r, k in zip(group, ks)]
+        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r))
+                                       for r, k in zip(group, ks)]
     series["transformers assisted (greedy): measured"] = [r["summary"]["speedup"] for r in assisted]
     cis["transformers assisted (greedy): measured"] = [r["summary"]["speedup_ci"] for r in assisted]
     fig = plots.lines(list(ks), series, cis=cis, reference=1.0, xlabel="draft length k",
@@ -66,14 +67,16 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     best = max(greedy, key=lambda r: r["summary"]["speedup"])
     others = [r for r in greedy if r is not best]
     rival = max(others, key=lambda r: r["summary"]["speedup"]) if others else None
+    best_k, rival_k = best["key"]["policy"]["k"], rival["key"]["policy"]["k"] if rival else None
     identical = sum(r["summary"]["identical_count"] for r in greedy)
     total = sum(r["summary"]["examples"] for r in greedy)
     answer = (f"Greedy speculative decoding on {pair} (N = {best['summary']['examples']}) is lossless: {identical} of "
               f"{total} outputs identical to the large model's. Fastest at k={best['key']['policy']['k']}: "
               f"{_speed(best)}" + (f"; against k={rival['key']['policy']['k']} ({_speed(rival)}): "
-                                  f"{_versus(best, rival)}" if rival else "")
+                                  f"{_versus(best, rival, (f'k={best_k}', f'k={rival_k}'))}" if rival else "")
               + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
               f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
               f"{_speed(bild)}." + "".join(" " + v for v in versus))
-    headline = {"best_k": best["key"]["policy"]["k"], "identical": identical, "outputs": total}
+    headline = {"best_k": best["key"]["policy"]["k"], "speedup": _speedup(best), "identical": identical,
+                "outputs": total}
     return Result("speculative pipeline", table, fig, answer, headline, recs + ref)
