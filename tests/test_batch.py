@@ -1,0 +1,161 @@
+"""Batched exact decoding: `generate_batch` equals `generate` token for token, and its statistics equal the engine's
+where the lockstep trace gives them exactly (the others are named in stats['inexact'])."""
+
+import pytest
+import torch
+from conftest import ARCHS, VOCAB, perturbed, tiny
+
+import bildlab
+from bildlab.batch import BRANCH, TIMINGS, generate_batch
+from bildlab.early_exit import exit_draft
+
+N_NEW = 8
+MODELS = {"gpt2": (21, 2.0), "llama": (22, 2.0), "t5": (21, 0.7), "bart": (28, 2.0)}  # (seed, scale): varied outputs
+LENGTHS = (7, 2, 9, 4)  # inputs of different lengths, not in order (rows are sorted, outputs come back in input order)
+# (draft, policy): random and identical drafts, perturbed drafts that agree on some tokens, the large model's early
+# exit; both rollback rules; fallback / rollback of 0, 1 and inf; the N-limit
+POLICIES = [
+    ("random", dict(method="greedy")),
+    ("self", dict(method="speculative", k=4)),
+    ("perturbed", dict(method="speculative", k=2)),
+    ("exit", dict(method="speculative", k=3)),
+    ("perturbed", dict(method="bild", fallback=0.3, rollback=1.0)),
+    ("perturbed", dict(method="bild", fallback=0.5, rollback=0.5, max_small_steps=3, rollback_rule="first-above")),
+    ("exit", dict(method="bild", fallback=0.2, rollback=2.0, rollback_rule="first-above")),
+    ("random", dict(method="bild", fallback=0.0, rollback=float("inf"))),
+    ("random", dict(method="bild", fallback=0.4, rollback=0.0)),
+    ("perturbed", dict(method="bild", fallback=1.0, rollback=0.0)),
+    ("self", dict(method="bild", fallback=0.1, rollback=3.0, max_small_steps=2)),
+]
+BATCH_SIZES = (1, 3, 64)  # one row a batch, batches of 3 and 1, all rows in one batch
+
+
+def prompt(seed: int, n: int) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """Per architecture: a large model with sharp distributions (the small model is often confident) and its drafts."""
+    zoo = {}
+    for i, arch in enumerate(ARCHS):
+        seed, scale = MODELS[arch]
+        large = tiny(arch, seed=seed, scale=scale)
+        zoo[arch] = large, {"random": tiny(arch, seed=50 + i, layers=1, scale=2.0),
+                            "perturbed": perturbed(large, 0.3, seed=5), "self": large, "exit": exit_draft(large, 1)}
+    return zoo
+
+
+def new_at(tokens: list[int], at: int) -> int | None:
+    """The token at `at` if it does not occur before it: as EOS it ends this output right there."""
+    return tokens[at] if tokens[at] not in tokens[:at] else None
+
+
+def eos_ids(outs: list[list[int]]) -> list[int]:
+    """EOS ids that end one output with its last token (at the budget) and, where one can, another one inside."""
+    last = next(([t] for out in outs if (t := new_at(out, N_NEW - 1)) is not None), [])
+    ends_last = next((out for out in outs if last and out[-1] == last[0]), [])
+    inside = [t for out in outs for j in range(2, N_NEW - 2) if (t := new_at(out, j)) is not None]
+    return last + [t for t in inside if t not in ends_last][:1]
+
+
+def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
+    """generate_batch against generate: the same tokens, and the same value for every count it gives."""
+    outs = generate_batch(large, xs, batch_size=batch_size, **kw)
+    assert len(outs) == len(xs)
+    tokens = []
+    for x, out in zip(xs, outs):
+        ref = bildlab.generate(large, x, **kw)
+        assert out.tokens == ref.tokens, (kw, batch_size)
+        inexact = out.stats.pop("inexact")
+        assert sorted([*out.stats, *inexact]) == sorted(ref.stats)
+        assert out.stats == {key: ref.stats[key] for key in out.stats}, (kw, batch_size)
+        assert inexact == (list(BRANCH) if kw["method"] == "bild" and ref.stats["rollbacks"] else []) + list(TIMINGS)
+        for key in ("fallbacks", "rollbacks", "small_tokens"):
+            seen[key] += ref.stats[key]
+        seen["inexact"] += len(inexact) > len(TIMINGS)
+        tokens.append(ref.tokens)
+    return tokens
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_batch_equals_generate(pairs, arch):
+    large, drafts = pairs[arch]
+    xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
+    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0, eos_inside=0, eos_at_budget=0)
+    for i, (draft, policy) in enumerate(POLICIES):
+        kw = dict(small=drafts[draft], max_new_tokens=N_NEW, **policy)
+        outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)
+        # EOS inside an output and EOS as the last token the budget allows (a list of EOS ids)
+        eos = eos_ids(outs)
+        stopped = compare(large, xs, BATCH_SIZES[(i + 1) % 3], seen, eos_token_id=eos, **kw)
+        seen["eos_at_budget"] += sum(len(s) == N_NEW and s[-1] in eos for s in stopped)
+        seen["eos_inside"] += sum(len(s) < N_NEW for s in stopped)
+    assert all(v > 0 for v in seen.values()), seen  # the sweep exercised every rule
+
+
+@pytest.mark.parametrize("arch", ["t5", "llama"])
+def test_budgets_of_a_few_tokens(pairs, arch):
+    large, drafts = pairs[arch]
+    xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS[:3])]
+    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0)
+    for budget in (0, 1, 2, 3):
+        for draft, policy in (("self", dict(method="speculative", k=2)),
+                              ("perturbed", dict(method="bild", fallback=0.0, rollback=1.0))):
+            compare(large, xs, 2, seen, small=drafts[draft], max_new_tokens=budget, eos_token_id=[], **policy)
+    assert seen["small_tokens"] > 0
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bart"])
+def test_rows_are_sorted_by_length_and_finished_rows_leave_the_batch(pairs, arch):
+    large, drafts = pairs[arch]
+    xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
+    full = [bildlab.generate(large, x, max_new_tokens=N_NEW, eos_token_id=[]).tokens for x in xs]
+    eos = next(t for j in (3, 2, 1, 0) if (t := new_at(full[3], j)) is not None)  # a row stops early
+    stops = [next((j + 1 for j, t in enumerate(f) if t == eos), N_NEW) for f in full]
+    rows, calls = [], []
+    model = large.get_decoder() if large.config.is_encoder_decoder else large
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        outs = generate_batch(large, xs, batch_size=2, max_new_tokens=N_NEW, eos_token_id=eos)
+    finally:
+        hook.remove()
+    assert [o.tokens for o in outs] == [f[:s] for f, s in zip(full, stops)]
+    # two batches: the inputs of length 2 and 4, then 7 and 9 (decoder-only prompts left-padded to the longest)
+    first = sorted(stops[i] for i in (1, 3))
+    second = sorted(stops[i] for i in (0, 2))
+    for batch, lengths in ((first, (2, 4)), (second, (7, 9))):
+        width = 1 if large.config.is_encoder_decoder else max(lengths)
+        rows.extend([(2, width)] + [(2 if t < batch[0] else 1, 1) for t in range(1, batch[1])])
+    assert calls == rows
+
+
+def test_sampling_is_refused_and_bad_arguments_fail_fast(pairs):
+    large, drafts = pairs["gpt2"]
+    calls = []
+    hook = large.register_forward_hook(lambda *a: calls.append(1))
+    x = prompt(0, 3)
+    cases = [
+        (dict(method="sample"), ValueError, ["random stream", "generate"]),
+        (dict(method="speculative", do_sample=True), ValueError, ["random stream", "do_sample=True"]),
+        (dict(batch_size=0), ValueError, ["batch_size", ">= 1"]),
+        (dict(batch_size=2.0), ValueError, ["batch_size", ">= 1"]),
+        (dict(method="beam"), ValueError, ["method", "'bild'"]),
+        (dict(method="bild", fallback=2.0), ValueError, ["fallback", "[0, 1]"]),
+        (dict(method="bild", small=None), ValueError, ["small"]),
+        (dict(method="bild", rollback_rule="paper"), ValueError, ["rollback_rule"]),
+        (dict(inputs=x), TypeError, ["inputs", "list"]),
+        (dict(inputs=[x, [[1, 2]]]), TypeError, ["inputs[1]", "input_ids", "LongTensor"]),
+        (dict(inputs=[x, torch.ones((2, 3), dtype=torch.long)]), ValueError, ["inputs[1]", "batch size 2"]),
+    ]
+    try:
+        for kw, error, words in cases:
+            kw = {"inputs": [x], "small": drafts["random"], **kw}
+            with pytest.raises(error) as info:
+                generate_batch(large, kw.pop("inputs"), **kw)
+            assert all(w in str(info.value) for w in words), (kw, str(info.value))
+    finally:
+        hook.remove()
+    assert not calls  # nothing ran
+    assert generate_batch(large, []) == []
