@@ -198,6 +198,7 @@ def says(c: dict, names=("the first", "the second")) -> str:
     """What a comparison allows one to say about speed, with the paired difference and its interval."""
     d, (lo, hi) = c["speedup_difference"], c["speedup_difference_ci"]
     detail = f"{names[0]} - {names[1]} {fmt(d, [lo, hi], 'x', 3, signed=True)}, paired, N = {c['n']}"
+    lo, hi = round(lo, 3), round(hi, 3)  # judged as printed: an interval shown to reach 0.000 is not called apart
     if lo > 0:
         return f"{names[0]} is detectably faster ({detail})"
     if hi < 0:

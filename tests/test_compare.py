@@ -82,3 +82,11 @@ def test_records_on_other_examples_are_refused():
     b["examples"].pop()
     with pytest.raises(ValueError, match="same examples; they have 4 and 3"):
         sm.compare(a, b, REFS)
+
+
+def test_an_interval_that_reaches_zero_as_printed_is_not_called_a_difference():
+    c = {"n": 300, "speedup_difference": 0.031, "speedup_difference_ci": [0.0004, 0.062]}
+    assert sm.says(c, ("k=4", "k=2")) == ("no detectable difference in speed (k=4 - k=2 +0.031x [+0.000, +0.062], "
+                                           "paired, N = 300)")
+    c["speedup_difference_ci"] = [0.0006, 0.062]
+    assert sm.says(c, ("k=4", "k=2")).startswith("k=4 is detectably faster (k=4 - k=2 +0.031x [+0.001, +0.062]")
