@@ -1,0 +1,71 @@
+"""Benchmark: exact batched decoding (`batch.generate_batch`) against the engine (`decoding.generate`, batch 1).
+
+    python benchmarks/bench_batch.py                           # 64 toy-mt test examples, batch 1, 16, 64
+    python benchmarks/bench_batch.py --n 128 --batch-sizes 1,16,64 --threads 1
+
+Two setups from the shipped toy zoo (offline): toy-mt BiLD (fallback 0.5, rollback 3) and toy-mt-llama greedy
+speculative decoding (k 4), both on the toy-mt test examples. Prints outputs per second of the engine and of
+generate_batch at each batch size, their ratio, and how many outputs equal the engine's; clocks from bildlab.timing,
+a fixed thread count, warm-up decodes untimed. Exits non-zero if any output differs from the engine's.
+"""
+
+import argparse
+import sys
+
+import torch
+
+from bildlab import generate, load_pair
+from bildlab.batch import generate_batch
+from bildlab.tasks import load_task
+from bildlab.timing import clock, fixed_threads
+
+SETUPS = {"toy-mt bild fb 0.5 rb 3": ("toy-mt", dict(method="bild", fallback=0.5, rollback=3.0)),
+          "toy-mt-llama speculative k 4": ("toy-mt-llama", dict(method="speculative", k=4))}
+
+
+def timed(fn):
+    t0 = clock("cpu")
+    out = fn()
+    return out, clock("cpu") - t0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=64, help="timed toy-mt test examples (default 64)")
+    ap.add_argument("--batch-sizes", default="1,16,64", help="comma-separated (default 1,16,64)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up decodes per method (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
+    args = ap.parse_args(argv)
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    examples = load_task("toy-mt", "test", limit=args.n)
+    differ = 0
+    print(f"inputs={len(examples)} max_new_tokens={args.max_new_tokens} threads={args.threads} device=cpu")
+    print(f"{'setup':>30} | {'decoding':>18} | {'outputs/s':>9} | {'x engine':>8} | {'identical':>9}")
+    with fixed_threads(args.threads), torch.inference_mode():
+        for name, (pair_name, policy) in SETUPS.items():
+            pair = load_pair(pair_name)
+            inputs = [pair.encode(ex["source"]) for ex in examples]
+            kw = dict(small=pair.small, max_new_tokens=args.max_new_tokens, **policy)
+            for x in inputs[: args.warmup]:
+                generate(pair.large, x, **kw)
+            generate_batch(pair.large, inputs[: args.warmup], **kw)
+            ref, seconds = timed(lambda: [generate(pair.large, x, **kw).tokens for x in inputs])
+            base = len(inputs) / seconds
+            print(f"{name:>30} | {'generate':>18} | {base:9.1f} | {1.0:8.2f} | {len(ref):>9}")
+            for size in sizes:
+                outs, seconds = timed(lambda: generate_batch(pair.large, inputs, batch_size=size, **kw))
+                same = sum(o.tokens == r for o, r in zip(outs, ref))
+                differ += len(ref) - same
+                rate = len(inputs) / seconds
+                print(f"{name:>30} | {f'batch {size}':>18} | {rate:9.1f} | {rate / base:8.2f} | "
+                      f"{f'{same}/{len(ref)}':>9}")
+    if differ:
+        print(f"NOT IDENTICAL: {differ} outputs differ from the engine's")
+        return 1
+    print("all outputs identical to the engine's")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
