@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
 CONSTRAINT = $(if $(LOCK),-c $(LOCK))
 
-.PHONY: setup study test bench lock
+.PHONY: setup study test bench bench-paper lock
 
 setup:
 	$(PYTHON) -m pip install -q $(CONSTRAINT) "$(TORCH)"
@@ -26,6 +26,10 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/bench_decoding.py
+
+# the paper's T5 and mT5 pairs at their real sizes (random weights): per-step costs on this machine (docs/paper-profile.md)
+bench-paper: setup
+	$(PYTHON) benchmarks/paper_size.py
 
 # Refresh the lock: the newest releases that pyproject.toml allows, installed into a throwaway venv and frozen (torch
 # stays at the lock's version unless TORCH names another, e.g. `make lock TORCH=torch==2.14.0`). The registry keys
