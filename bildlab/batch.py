@@ -22,9 +22,10 @@ Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only pro
 attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
 rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
 `Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
-at the step it finishes, so it costs no further compute. An early-exit draft (`early_exit.exit_draft`) uses the large
-model's encoder outputs but keeps its own cache (its bottom layers run twice per token; the engine recomputes them
-too, in the large model's pass).
+at the step it finishes, so it costs no further compute (a speculative row whose EOS was accepted inside a draft
+window runs on to the window's end, at most k - 1 positions, for the engine's counts of that window). An early-exit
+draft (`early_exit.exit_draft`) uses the large model's encoder outputs but keeps its own cache (its bottom layers run
+twice per token; the engine recomputes them too, in the large model's pass).
 
 Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly: small_tokens,
 large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and fallbacks except for BiLD rows with
@@ -130,7 +131,7 @@ def _speculative_step(t, large, small, st, policy):
 
 
 STEPS = {"greedy": _greedy_step, "bild": _bild_step, "speculative": _speculative_step}
-STATE = {"greedy": (), "bild": ("run", "above", "small_tokens", "fallbacks", "rollbacks"),
+STATE = {"greedy": (), "bild": ("run", "small_tokens", "fallbacks", "rollbacks"),
          "speculative": ("run", "start", "small_tokens", "rollbacks", "drafted", "large_calls")}
 
 
@@ -166,10 +167,11 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         models = [_Rows(large)] + ([_Rows(small)] if small is not None else [])
 
-    step = STEPS[method if small is not None else "greedy"]
+    rule = method if small is not None else "greedy"
+    step = STEPS[rule]
     zeros = torch.zeros(B, dtype=torch.long, device=device)
-    st = {name: zeros.clone() for name in STATE[method if small is not None else "greedy"]}
-    st["above"] = zeros.bool()
+    st = {name: zeros.clone() for name in STATE[rule]}
+    st["above"] = zeros.bool()  # BiLD "first-above": a small token above the threshold since the large model chose
     st["ended"] = zeros.bool()  # the output has its EOS
     st["length"] = torch.full((B,), budget, device=device)
     rows = torch.arange(B, device=device)  # each active row's index in xs
@@ -186,8 +188,9 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
         if t + 1 == budget:
             done = torch.ones_like(done)
         if done.any():  # the one host sync per step: finished rows leave the batch
+            finished = rows[done].tolist()
             for name, values in st.items():
-                for i, v in zip(rows[done].tolist(), values[done].tolist()):
+                for i, v in zip(finished, values[done].tolist()):
                     final.setdefault(i, {})[name] = v
             keep = (~done).nonzero()[:, 0]
             if len(keep) == 0:
