@@ -106,13 +106,14 @@ def unused(registry: str | Path, read: set[str]) -> list[Path]:
 def format_plan(rows: list[dict], profile: str) -> str:
     """The plan as a table: per notebook its sweeps, decodes and hours, GPU and CPU hours in columns of their own."""
     units = [u for u in UNITS if any(r["hours"][u] for r in rows)] or (["gpu"] if profile == "paper" else ["cpu"])
-    lines = [f"{'notebook':<24} {'sweeps':>6} {'decodes to run':>15}" + "".join(f" {UNITS[u]:>42}" for u in units)]
+    w = max(len(UNITS[u]) for u in units) + 2
+    lines = [f"{'notebook':<24} {'sweeps':>6} {'decodes to run':>15}" + "".join(f"{UNITS[u]:>{w}}" for u in units)]
     for r in rows:
         lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>15,}"
-                     + "".join(f" {r['hours'][u]:>42.2f}" for u in units))
+                     + "".join(f"{r['hours'][u]:>{w}.2f}" for u in units))
         for s in r["sweeps_detail"]:
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
                          f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes")
     lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>15,}"
-                 + "".join(f" {sum(r['hours'][u] for r in rows):>42.2f}" for u in units))
+                 + "".join(f"{sum(r['hours'][u] for r in rows):>{w}.2f}" for u in units))
     return "\n".join(lines)
