@@ -143,7 +143,8 @@ def _fingerprint(name: str, draft: str, root: str) -> str:
 
 
 def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, max_new_tokens: int, device: str,
-            threads, repeats: int, hf_baseline: bool, timing_pass: int, provenance: bool = True) -> dict:
+            threads, repeats: int, hf_baseline: bool, timing_pass: int, timing_limit: int | None = None,
+            provenance: bool = True) -> dict:
     """The registry key of one policy of a sweep: what defines its record (library versions are not part of it)."""
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
@@ -154,6 +155,7 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
             "secondary": "hf_greedy" if hf_baseline and not e["do_sample"] else None, "seed": seed,
             "max_new_tokens": max_new_tokens, "device": torch.device(device).type, "threads": threads,
             "repeats": repeats, "timing_pass": timing_pass,
+            **({"timing_limit": timing_limit} if timing_limit is not None else {}),
             **(_provenance(pair, task, split, draft or "small") if provenance else {})}
 
 
@@ -234,6 +236,10 @@ class Lookup:
         """The number of examples the sweep covers, without loading a paper task's data (its published row count)."""
         return _size(self.task, self.split, self.limit)
 
+    def timed(self) -> list[int]:
+        """The examples the protocol times at batch 1 (all of them unless `timing_limit`)."""
+        return timed_indices(self.examples(), self.run["timing_limit"], self.run["seed"])
+
     def runners(self) -> list[str]:
         """The runners a computation of `todo` would time per example."""
         return shard.runner_names([self.entries[i] for i in self.todo], self.run["hf_baseline"]) if self.todo else []
@@ -250,11 +256,13 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
            max_new_tokens: int = 128, seed: int = 0, warmup: int = 2, threads: int | None = 1, repeats: int = 1,
            hf_baseline: bool = True, timing_pass: int = 1,
            registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
-           executor: str = "local", shard_size: int | None = None, recompute: bool = False, offline: bool = False,
-           **common) -> Lookup:
+           executor: str = "local", shard_size: int | None = None, recompute: bool = False,
+           timing_limit: int | None = None, batch_size: int = 64, offline: bool = False, **common) -> Lookup:
     """Check a sweep's arguments and find what it would compute, loading no model. `offline=True` (a plan on a
     machine without the paper's models or data): where their provenance cannot be had, nothing is looked up and
-    every policy is to run."""
+    every policy is to run. `timing_limit`: outputs and quality on every example (computed in batches of
+    `batch_size`, `batch.generate_batch`), the timing protocol at batch 1 on a seeded sample of this many of them
+    (`timed_indices`); None times every example."""
     task = task or (task_of(pair) if pair in PAIRS else None)
     limit = per_pair(limit, pair, "limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
@@ -267,9 +275,10 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
     entries = [{**DEFAULTS, **common, **e} for e in grid]
     for e in entries:
         check_entry(pair, e)
+    check_timing_limit(timing_limit, batch_size, entries, executor)
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
     common_key = dict(seed=seed, max_new_tokens=max_new_tokens, device=device, threads=threads, repeats=repeats,
-                      hf_baseline=hf_baseline, timing_pass=timing_pass)
+                      hf_baseline=hf_baseline, timing_pass=timing_pass, timing_limit=timing_limit)
     try:
         keys = [run_key(pair, task, split, limit, e, **common_key) for e in entries]
     except (OSError, RuntimeError):
@@ -283,8 +292,34 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
     todo = [i for i, rec in enumerate(found) if rec is None]
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
     run = dict(seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
-               hf_baseline=hf_baseline, device=device, executor=executor, shard_size=shard_size)
+               hf_baseline=hf_baseline, device=device, executor=executor, shard_size=shard_size,
+               timing_limit=timing_limit, batch_size=batch_size)
     return Lookup(pair, task, split, limit, entries, keys, found, todo, reg, run)
+
+
+def check_timing_limit(timing_limit, batch_size, entries: list[dict], executor: str) -> None:
+    """Outputs in batches are exact for the greedy methods only, and computed in this process."""
+    if timing_limit is None:
+        return
+    if isinstance(timing_limit, bool) or not isinstance(timing_limit, int) or timing_limit < 1:
+        raise ValueError(f"timing_limit must be None or an integer >= 1; got {timing_limit!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    for e in entries:
+        if e["method"] not in ("greedy", "small", "bild", "speculative") or e["do_sample"]:
+            raise ValueError(f"timing_limit: outputs in batches are exact for greedy, small, bild and greedy "
+                             f"speculative decoding; {_label(e)!r} needs timing_limit=None")
+    if executor != "local":
+        raise ValueError(f"timing_limit is for executor='local' (this process); got executor={executor!r}")
+
+
+def timed_indices(n: int, timing_limit: int | None, seed: int) -> list[int]:
+    """The examples timed at batch 1: every one, or a seeded random sample of `timing_limit` of the `n`, in order."""
+    import random
+
+    if timing_limit is None or timing_limit >= n:
+        return list(range(n))
+    return sorted(random.Random(seed).sample(range(n), timing_limit))
 
 
 def _size(task: str, split: str, limit) -> int:
@@ -301,11 +336,14 @@ def _run(s: Lookup, progress) -> list[dict]:
     entries, keys = [s.entries[i] for i in s.todo], [s.keys[i] for i in s.todo]
     executor, shard_size, hf_baseline = s.run["executor"], s.run["shard_size"], s.run["hf_baseline"]
     spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, zoo=str(zoo_dir()),
-                **{k: v for k, v in s.run.items() if k not in ("executor", "shard_size")})
+                **{k: v for k, v in s.run.items() if k not in ("executor", "shard_size", "timing_limit", "batch_size")})
     sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
-    n = len(tasks.load_task(task, split, limit=limit))
+    n, timed = len(tasks.load_task(task, split, limit=limit)), s.timed()
+    batched = None
+    if s.run["timing_limit"] is not None:  # outputs for quality on every example, in batches (not timed)
+        batched = shard.outputs(spec, list(range(n)), s.run["batch_size"])
     done = reg.load_partial(sweep_key) if reg is not None else {}
-    rest = [i for i in range(n) if i not in done]
+    rest = [i for i in timed if i not in done]
     saved = [time.monotonic()]
 
     def checkpoint(i, row):  # the finished examples, on disk every CHECKPOINT_SECONDS
@@ -316,7 +354,7 @@ def _run(s: Lookup, progress) -> list[dict]:
 
     def checkpoint_shard(rows):  # a finished Ray shard, on disk at once
         done.update(rows)
-        if reg is not None and len(done) < n:
+        if reg is not None and len(done) < len(timed):
             reg.save_partial(sweep_key, done)
 
     label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
@@ -327,11 +365,11 @@ def _run(s: Lookup, progress) -> list[dict]:
             distributed.run_shards(spec, rest, checkpoint_shard, executor=executor, shard_size=shard_size,
                                    progress=label if progress else False)
     finally:
-        if reg is not None and len(done) < n and done:
+        if reg is not None and len(done) < len(timed) and done:
             reg.save_partial(sweep_key, done)  # interrupted: keep what finished
     # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used)
     records = build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
-                            sweep=digest(sweep_key))
+                            sweep=digest(sweep_key), batched=batched)
     if reg is not None:
         for key, record in zip(keys, records):
             reg.put(key, record)
@@ -339,39 +377,48 @@ def _run(s: Lookup, progress) -> list[dict]:
     return records
 
 
-def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str) -> list[dict]:
-    """One record per policy from the timed rows of every example (`done`, {index: row}). Where each example was
-    timed (its row's `machine`) goes into the record's `machines` list, and each example's `machine` is its index
-    there."""
+def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
+                  batched: dict[str, list[list[int]]] | None = None) -> list[dict]:
+    """One record per policy from the timed rows (`done`, {index: row}): of every example, or, with `batched` (every
+    runner's output tokens on every example, `shard.outputs`), of a sample whose batch-1 outputs are checked against
+    the batched ones (`timed_identical`; a mismatch is a bug unless a numerical tie). Where each example was timed
+    (its row's `machine`) goes into the record's `machines` list, and each timed example's `machine` is its index
+    there; an example that was not timed has `seconds` None."""
     pair, mnt = spec["pair"], spec["max_new_tokens"]
     p = shard.load(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
     examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
-    missing = [i for i in range(len(examples)) if i not in done]
+    missing = [i for i in range(len(examples)) if i not in done] if batched is None else []
     if missing:
         raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
     eos = _eos_ids(p.large, None)
     references = [ex["target"] for ex in examples]
     names = shard.runner_names(spec["entries"], spec["hf_baseline"])
     here = shard.machine(spec["device"])  # for rows checkpointed before rows said where they were timed
-    where, machines = [done[i].get("machine", here) for i in range(len(examples))], []
-    for m in where:
-        if m not in machines:
-            machines.append(m)
+    where, machines = {i: row.get("machine", here) for i, row in done.items()}, []
+    for i in sorted(where):
+        if where[i] not in machines:
+            machines.append(where[i])
     records, made_with = [], versions()
     for n, (e, key) in enumerate(zip(spec["entries"], keys)):
         base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
-        rows = []
+        rows, same = [], 0
         for i in range(len(examples)):
-            r, b, h = done[i][f"policy{n}"], done[i][base], done[i].get("hf_greedy") if not e["do_sample"] else None
-            rows.append({"output": p.decode(r["tokens"]), "tokens": len(r["tokens"]), "seconds": r["seconds"],
-                         "stats": r["stats"], "truncated": truncated(r["tokens"], mnt, eos),
-                         "baseline_output": p.decode(b["tokens"]), "baseline_tokens": len(b["tokens"]),
-                         "baseline_seconds": b["seconds"], "baseline_truncated": truncated(b["tokens"], mnt, eos),
-                         "identical": r["tokens"] == b["tokens"],
+            timed = done.get(i)
+            r, b = timed[f"policy{n}"] if timed else None, timed[base] if timed else None
+            h = timed.get("hf_greedy") if timed and not e["do_sample"] else None
+            tokens = batched[f"policy{n}"][i] if batched else r["tokens"]
+            base_tokens = batched[base][i] if batched else b["tokens"]
+            same += bool(timed) and r["tokens"] == tokens and b["tokens"] == base_tokens
+            rows.append({"output": p.decode(tokens), "tokens": len(tokens), "seconds": r["seconds"] if r else None,
+                         "stats": r["stats"] if r else None, "truncated": truncated(tokens, mnt, eos),
+                         "baseline_output": p.decode(base_tokens), "baseline_tokens": len(base_tokens),
+                         "baseline_seconds": b["seconds"] if b else None,
+                         "baseline_truncated": truncated(base_tokens, mnt, eos), "identical": tokens == base_tokens,
                          "hf_seconds": h["seconds"] if h else None,
-                         "hf_identical": h["tokens"] == b["tokens"] if h else None,
-                         "machine": machines.index(where[i])})
-        records.append({"key": key, "versions": made_with,
+                         "hf_identical": h["tokens"] == base_tokens if h else None,
+                         "machine": machines.index(where[i]) if timed else None})
+        timed_rows = {"timed": sorted(done), "timed_identical": same} if batched else {}
+        records.append({"key": key, "versions": made_with, **timed_rows,
                         "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep},

@@ -69,6 +69,9 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 check(params.get("executor", "local"), params.get("shard_size"))
             except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
                 raise ParameterError(str(e)) from None
+        elif name == "timing_limit" and params[name] is not None and (
+                isinstance(params[name], bool) or not isinstance(params[name], int) or params[name] < 1):
+            raise ParameterError(f"timing_limit must be None or an integer >= 1; got {params[name]!r}")
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":

@@ -32,6 +32,12 @@ from .tasks import PAPER_TASKS, task_metric
 # cores): 0.249 (toy-mt), 0.331 (toy-sum). The two kinds are reported apart, never added.
 SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5, "wmt14-de-en": 1.6,
                       "toy-mt": 0.25, "toy-sum": 0.33}
+# Outputs computed in batches (`timing_limit`: quality on whole splits, the protocol on a sample) cost a fraction of
+# a batch-1 decode each: 1 / BATCH_GAIN. Measured on 1 CPU thread at batch 64 (benchmarks/bench_batch.py, toy zoo,
+# 128 examples): 5.6x the outputs per second of the engine at batch 1 for BiLD, 10.8x for greedy speculative
+# decoding (whose output is the large model's greedy one). Assumed here: 5, the lower; a GPU batches further (not
+# measured: no GPU was lent), so on a GPU box this overstates the output hours.
+BATCH_GAIN = 5.0
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class, batch 1)", "cpu": "CPU hours (toy tasks; 1 thread)"}
 
 
@@ -51,9 +57,11 @@ class Planner:
         self.read.update(digest(key) for key in found.keys)
         found.todo = [i for i in found.todo if digest(found.keys[i]) not in self._counted]
         self._counted.update(digest(found.keys[i]) for i in found.todo)
-        n, runners = found.examples(), len(found.runners())
+        n, runners, timed = found.examples(), len(found.runners()), len(found.timed())
+        batched = n * (len(found.todo) + 1) if found.todo and found.run["timing_limit"] is not None else 0
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
-                            "policies": len(found.keys), "to_run": len(found.todo), "decodes": n * runners})
+                            "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
+                            "timed": timed, "outputs": batched})
         metric = task_metric(found.task)
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
 
@@ -63,8 +71,8 @@ def _placeholder(key: dict, n: int, metric: str) -> dict:
          "baseline_score_ci": [0.0, 0.0], "delta": 0.0, "delta_ci": [0.0, 0.0], "identical": 1.0, "identical_count": n,
          "speedup": 1.0, "speedup_ci": [1.0, 1.0], "speedup_hf": 1.0, "speedup_hf_ci": [1.0, 1.0], "truncated": 0,
          "baseline_truncated": 0, "small_share": 0.5, "mean_accepted": 1.0, "large_calls_per_token": 1.0, "tokens": n}
-    row = {"stats": {"accepted": 0, "rollbacks": 0, "small_seconds": 0.0, "small_calls": 0}, "baseline_seconds": 1.0,
-           "baseline_tokens": 1, "output": "", "baseline_output": ""}
+    row = {"stats": {"accepted": 0, "rollbacks": 0, "small_seconds": 0.0, "small_calls": 0}, "seconds": 1.0,
+           "baseline_seconds": 1.0, "baseline_tokens": 1, "output": "", "baseline_output": ""}
     return {"key": key, "summary": s, "examples": [row] * n, "placeholder": True}
 
 
@@ -87,7 +95,8 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
         sweeps = row["sweeps_detail"]
         hours = dict.fromkeys(UNITS, 0.0)
         for s in sweeps:
-            hours["gpu" if s["task"] in PAPER_TASKS else "cpu"] += s["decodes"] * SECONDS_PER_DECODE[s["task"]] / 3600
+            decodes = s["decodes"] + s["outputs"] / BATCH_GAIN  # batch-1 timing decodes, batched outputs
+            hours["gpu" if s["task"] in PAPER_TASKS else "cpu"] += decodes * SECONDS_PER_DECODE[s["task"]] / 3600
         row.update(sweeps=len(sweeps), decodes=sum(s["decodes"] for s in sweeps),
                    hours={k: round(v, 2) for k, v in hours.items()})
     return rows
@@ -112,8 +121,10 @@ def format_plan(rows: list[dict], profile: str) -> str:
         lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>15,}"
                      + "".join(f"{r['hours'][u]:>{w}.2f}" for u in units))
         for s in r["sweeps_detail"]:
+            batched = f" + {s['outputs']:,} outputs in batches" if s["outputs"] else ""
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
-                         f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes")
+                         f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes"
+                         f" at batch 1 on {s['timed']} examples{batched}")
     lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>15,}"
                  + "".join(f"{sum(r['hours'][u] for r in rows):>{w}.2f}" for u in units))
     return "\n".join(lines)

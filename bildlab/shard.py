@@ -91,3 +91,29 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
         fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
         rollback_rule=e["rollback_rule"], do_sample=e["do_sample"], temperature=e["temperature"],
         seed=seed + i if e["do_sample"] else None))
+
+
+def outputs(spec: dict, indices: list[int], batch_size: int = 64) -> dict[str, list[list[int]]]:
+    """Every runner's greedy output tokens for the examples `indices`, computed in batches (`batch.generate_batch`,
+    token for token the engine's): {runner name: [tokens per index]} for the vanilla large model ("greedy") and each
+    policy. Not timed: outputs for quality, on whole splits; the protocol times a sample at batch 1 (`time_shard`)."""
+    from .batch import generate_batch
+
+    drafts = sorted({e["draft"] for e in spec["entries"]})
+    pairs = {d: load(spec["pair"], d, spec["device"], spec["zoo"]) for d in drafts}
+    p = next(iter(pairs.values()))
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    xs = [p.encode(examples[i]["source"]) for i in indices]
+    mnt = spec["max_new_tokens"]
+    out = {"greedy": generate_batch(p.large, xs, max_new_tokens=mnt, batch_size=batch_size)}
+    for n, e in enumerate(spec["entries"]):
+        q = pairs[e["draft"]]
+        if e["method"] in ("greedy", "small"):
+            out[f"policy{n}"] = generate_batch(q.large if e["method"] == "greedy" else q.small, xs,
+                                               max_new_tokens=mnt, batch_size=batch_size)
+        else:
+            out[f"policy{n}"] = generate_batch(q.large, xs, small=q.small, method=e["method"], max_new_tokens=mnt,
+                                               batch_size=batch_size, k=e["k"], fallback=e["fallback"],
+                                               rollback=e["rollback"], max_small_steps=e["max_small_steps"],
+                                               rollback_rule=e["rollback_rule"])
+    return {name: [o.tokens for o in outs] for name, outs in out.items()}

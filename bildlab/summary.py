@@ -39,12 +39,16 @@ def score_difference(metric: str, ours, base) -> tuple[float, list]:
 
 def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
     """The summary of one record's per-example rows (see evaluate: output, tokens, seconds, stats, truncated,
-    baseline_output, baseline_tokens, baseline_seconds, baseline_truncated, identical, hf_seconds)."""
+    baseline_output, baseline_tokens, baseline_seconds, baseline_truncated, identical, hf_seconds). Quality is over
+    every row; speed over the rows that were timed (`seconds` not None: all of them, or a timed sample)."""
     n = len(rows)
     if n == 0:
         raise ValueError("rows must not be empty")
-    ours = metrics.sentence_data(metric, [r["output"] for r in rows], references)
-    base = metrics.sentence_data(metric, [r["baseline_output"] for r in rows], references)
+    every, rows = rows, [r for r in rows if r["seconds"] is not None]
+    if not rows:
+        raise ValueError("rows must hold at least one timed example (seconds not None)")
+    ours = metrics.sentence_data(metric, [r["output"] for r in every], references)
+    base = metrics.sentence_data(metric, [r["baseline_output"] for r in every], references)
     full = np.arange(n)[None]
     score, base_score = float(metrics.corpus(metric, ours, full)[0]), float(metrics.corpus(metric, base, full)[0])
     delta, delta_ci = score_difference(metric, ours, base)
@@ -52,9 +56,11 @@ def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
     tb = np.array([r["baseline_seconds"] for r in rows])
     tok = np.array([r["tokens"] for r in rows], dtype=float)
     tokb = np.array([r["baseline_tokens"] for r in rows], dtype=float)
-    truncated = np.array([bool(r["truncated"]) for r in rows])
-    base_truncated = np.array([bool(r["baseline_truncated"]) for r in rows])
-    identical = int(sum(bool(r["identical"]) for r in rows))
+    truncated = np.array([bool(r["truncated"]) for r in every])
+    base_truncated = np.array([bool(r["baseline_truncated"]) for r in every])
+    timed = np.array([r["seconds"] is not None for r in every])
+    identical = int(sum(bool(r["identical"]) for r in every))
+    m, full_t = len(rows), np.arange(len(rows))[None]  # the timed rows: every speed statistic is over them
 
     def speed_per_token(idx):  # tokens per second of the method over the baseline's
         return ratio_of_sums(tok, t, idx) / ratio_of_sums(tokb, tb, idx)
@@ -71,25 +77,27 @@ def summarize(rows: list[dict], references: list[str], *, metric: str) -> dict:
         "identical": round(identical / n, 4),  # share of outputs identical to the vanilla large model's
         "identical_count": identical,
         "speedup": _round(tb.sum() / t.sum()),
-        "speedup_ci": _ci(interval(lambda i: ratio_of_sums(tb, t, i), n)),
-        "speedup_tokens_per_second": _round(speed_per_token(full)[0]),
-        "speedup_tokens_per_second_ci": _ci(interval(speed_per_token, n)),
+        "speedup_ci": _ci(interval(lambda i: ratio_of_sums(tb, t, i), m)),
+        "speedup_tokens_per_second": _round(speed_per_token(full_t)[0]),
+        "speedup_tokens_per_second_ci": _ci(interval(speed_per_token, m)),
         "truncated": int(truncated.sum()),  # outputs that ran to max_new_tokens without EOS
         "baseline_truncated": int(base_truncated.sum()),
     }
-    keep = np.flatnonzero(~(truncated | base_truncated))  # examples where neither output ran to the limit
+    if m < n:
+        s["timed_examples"] = m  # speed from a timed sample of the examples, quality from all of them
+    keep = np.flatnonzero(~(truncated | base_truncated)[timed])  # timed examples where neither output hit the limit
     s["examples_without_truncated"] = int(len(keep))
-    if 0 < len(keep) < n:
+    if 0 < len(keep) < m:
         s["speedup_without_truncated"] = _round(tb[keep].sum() / t[keep].sum())
         s["speedup_without_truncated_ci"] = _ci(interval(lambda i: ratio_of_sums(tb[keep], t[keep], i), len(keep)))
     else:
-        s["speedup_without_truncated"] = s["speedup"] if len(keep) == n else None
-        s["speedup_without_truncated_ci"] = s["speedup_ci"] if len(keep) == n else None
+        s["speedup_without_truncated"] = s["speedup"] if len(keep) == m else None
+        s["speedup_without_truncated_ci"] = s["speedup_ci"] if len(keep) == m else None
     if all(r.get("hf_seconds") is not None for r in rows):
         th = np.array([r["hf_seconds"] for r in rows])
         s["speedup_hf"] = _round(th.sum() / t.sum())
-        s["speedup_hf_ci"] = _ci(interval(lambda i: ratio_of_sums(th, t, i), n))
-        s["hf_identical"] = round(sum(bool(r["hf_identical"]) for r in rows) / n, 4)
+        s["speedup_hf_ci"] = _ci(interval(lambda i: ratio_of_sums(th, t, i), m))
+        s["hf_identical"] = round(sum(bool(r["hf_identical"]) for r in rows) / m, 4)
     else:
         s["speedup_hf"] = s["speedup_hf_ci"] = s["hf_identical"] = None
     s.update(tokens=int(tok.sum()), tokens_per_second=_round(tok.sum() / t.sum(), 2),
@@ -159,6 +167,10 @@ def speed_difference(a: dict, b: dict) -> dict:
     ea, eb = a["examples"], b["examples"]
     if len(ea) != len(eb):
         raise ValueError(f"compare needs two records on the same examples; they have {len(ea)} and {len(eb)}")
+    timed = [i for i, (x, y) in enumerate(zip(ea, eb)) if x["seconds"] is not None and y["seconds"] is not None]
+    if len(timed) < max(sum(x["seconds"] is not None for x in r) for r in (ea, eb)):
+        raise ValueError("compare needs two records timed on the same examples; their timed samples differ")
+    ea, eb = [ea[i] for i in timed], [eb[i] for i in timed]
     ta, va = (np.array([e[f] for e in ea], dtype=float) for f in ("seconds", "baseline_seconds"))
     tb, vb = (np.array([e[f] for e in eb], dtype=float) for f in ("seconds", "baseline_seconds"))
     n, full = len(ea), np.arange(len(ea))[None]
@@ -238,7 +250,7 @@ def expected_tokens_per_call(a: float, k: int) -> float:
 def acceptance(record: dict) -> float:
     """Per-token acceptance rate a: accepted drafted tokens over the tokens judged (each verification judges its
     drafted tokens up to and including the first rejection) - the estimate that the i.i.d. model assumes."""
-    rows = [e["stats"] for e in record["examples"]]
+    rows = [e["stats"] for e in record["examples"] if e["stats"] is not None]  # the timed examples
     accepted = sum(r["accepted"] for r in rows)
     return accepted / max(accepted + sum(r["rollbacks"] for r in rows), 1)
 
@@ -246,7 +258,7 @@ def acceptance(record: dict) -> float:
 def cost_ratio(record: dict) -> float:
     """c = time of one draft step / time of one target step, from the record's own timings: the small model's
     seconds per call over the vanilla large model's seconds per generated token."""
-    rows = record["examples"]
+    rows = [e for e in record["examples"] if e["seconds"] is not None]  # the timed examples
     small = sum(e["stats"]["small_seconds"] for e in rows) / max(sum(e["stats"]["small_calls"] for e in rows), 1)
     large = sum(e["baseline_seconds"] for e in rows) / max(sum(e["baseline_tokens"] for e in rows), 1)
     return small / large

@@ -7,6 +7,7 @@ import pytest
 from bildlab import evaluate as ev
 from bildlab import shard
 from bildlab.decoding import truncated
+from bildlab import summary as sm
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 
@@ -218,7 +219,8 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     planner = plan.Planner()
     records = planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
     assert planner.sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
-                               "to_run": 3, "decodes": 6 * (3 + 2)}]  # the policies, the vanilla loop and HF generate
+                               "to_run": 3, "decodes": 6 * (3 + 2), "timed": 6, "outputs": 0}]  # the policies,
+    # the vanilla loop and HF generate, on every example
     assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
     monkeypatch.setattr(shard, "load", real_pair)
     ev.sweep("toy-mt", grid[:2], registry=tmp_path / "reg", **FAST)
@@ -250,3 +252,49 @@ def test_the_papers_rollback_rule_is_a_policy_option_keyed_only_when_chosen(fake
     assert runs[0]["key"] != runs[1]["key"] and runs[1]["key"]["policy"]["rollback_rule"] == "first-above"
     with pytest.raises(ValueError, match="rollback_rule must be one of"):
         ev.sweep("toy-mt", [{"rollback_rule": "last"}], registry=tmp_path, **FAST)
+
+
+def test_timing_limit_scores_every_example_from_batched_outputs_and_times_a_sample(fake_zoo, tmp_path, monkeypatch):
+    grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}, {"method": "small"}]
+    whole = ev.sweep("toy-mt", grid, registry=tmp_path / "whole", **FAST)  # every example timed at batch 1
+    calls = _count_decodes(monkeypatch)
+    runs = ev.sweep("toy-mt", grid, registry=tmp_path / "sample", timing_limit=3, batch_size=4, **FAST)
+    # batch 1 on the sample only (+ one warm-up each): vanilla and the small model alone, HF generate, two policies
+    assert calls == {"vanilla": 2 * (3 + 1), "hf": 3 + 1, "policy": 2 * (3 + 1)}
+    timed = ev.timed_indices(6, 3, 0)
+    assert len(timed) == 3 and timed == sorted(timed) and timed == ev.timed_indices(6, 3, 0)  # seeded
+    for run, full in zip(runs, whole):
+        assert run["key"]["timing_limit"] == 3 and "timing_limit" not in full["key"]  # other keys stay as they were
+        assert run["timed"] == timed and run["timed_identical"] == 3  # batch-1 outputs equal the batched ones
+        assert [e["output"] for e in run["examples"]] == [e["output"] for e in full["examples"]]  # exact, all 6
+        s = run["summary"]
+        assert s["examples"] == 6 and s["timed_examples"] == 3 and s["score"] == full["summary"]["score"]
+        assert [i for i, e in enumerate(run["examples"]) if e["seconds"] is not None] == timed
+        assert s["speedup"] == pytest.approx(sum(run["examples"][i]["baseline_seconds"] for i in timed)
+                                             / sum(run["examples"][i]["seconds"] for i in timed), rel=1e-3)
+    c = sm.compare(runs[0], runs[1])
+    assert c["n"] == 3 and c["delta"] == pytest.approx(runs[0]["summary"]["score"] - runs[1]["summary"]["score"],
+                                                       abs=1e-2)
+    with pytest.raises(ValueError, match="compare needs two records timed on the same examples"):
+        sm.compare(runs[1], whole[1])
+
+
+def test_timing_limit_refuses_what_batches_cannot_give(fake_zoo, tmp_path):
+    for entry, match in (({"method": "hf_assisted"}, "needs timing_limit=None"),
+                         ({"method": "speculative", "do_sample": True}, "needs timing_limit=None")):
+        with pytest.raises(ValueError, match=match):
+            ev.sweep("toy-mt", [entry], registry=tmp_path, timing_limit=2, **FAST)
+    with pytest.raises(ValueError, match="timing_limit must be None or an integer >= 1; got 0"):
+        ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=0, **FAST)
+    with pytest.raises(ValueError, match="timing_limit is for executor='local'"):
+        ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=2, executor="ray", check_only=True, **FAST)
+
+
+def test_a_notebooks_timing_limit_is_checked_before_anything_runs():
+    from bildlab.params import ParameterError, check_params
+
+    check_params({"timing_limit": None})
+    check_params({"timing_limit": 300})
+    for bad in (0, -3, 2.5, True, "300"):
+        with pytest.raises(ParameterError, match="timing_limit must be None or an integer >= 1"):
+            check_params({"timing_limit": bad})
