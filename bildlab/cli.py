@@ -84,6 +84,7 @@ def _registry(args) -> int:
     from pathlib import Path
 
     from .evaluate import migrate
+    from .registry import Registry
 
     for root in args.root:
         if not Path(root).is_dir():
@@ -91,6 +92,7 @@ def _registry(args) -> int:
             return 2
         if args.migrate:
             print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
+            print(f"{root}: {Registry(root).compact()} records stored as columns, each sweep's vanilla runs once")
         if args.unused or args.prune:
             from .plan import Planner, plan, unused
 

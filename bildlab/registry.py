@@ -25,6 +25,9 @@ from .atomic import atomic_path
 DEFAULT_REGISTRY = "results"
 LIBRARIES = ("torch", "transformers", "tokenizers")  # whose releases a record's outputs and timings may depend on
 OLD_KEY_FIELDS = ("bildlab", "torch", "transformers")  # versions that keys held before they became provenance
+# Per-example fields of a sweep's vanilla runs (the large model alone, transformers' generate): the same in every
+# record of the sweep, so stored once, in <root>/.sweeps/<sweep>.json
+SHARED = ("baseline_output", "baseline_tokens", "baseline_seconds", "baseline_truncated", "hf_seconds", "hf_identical")
 
 
 def digest(obj) -> str:
@@ -63,6 +66,29 @@ def _well_formed(record, key: dict | None = None) -> str | None:
     return None
 
 
+def _columns(rows: list[dict], fields: list[str]) -> dict:
+    """Rows as columns, {field: [value per row]}; a field whose rows all hold dicts with the same keys (stats) as
+    {"columns": {key: [value per row]}} in turn."""
+    out = {}
+    for f in fields:
+        values = [r[f] for r in rows]
+        first = values[0]
+        if isinstance(first, dict) and first and all(isinstance(v, dict) and list(v) == list(first) for v in values):
+            out[f] = {"columns": {k: [v[k] for v in values] for k in first}}
+        else:
+            out[f] = values
+    return out
+
+
+def _rows(n: int, fields: list[str], columns: dict) -> list[dict]:
+    """The inverse of `_columns`."""
+    cols = {f: ([dict(zip(c["columns"], vals)) for vals in zip(*c["columns"].values())] if isinstance(c, dict) else c)
+            for f, c in columns.items()}
+    if any(len(c) != n for c in cols.values()):
+        raise ValueError("a column has another length than the examples")
+    return [{f: cols[f][i] for f in fields} for i in range(n)]
+
+
 class Registry:
     """One JSON file per run under `root`, named by a hash of its key."""
 
@@ -78,8 +104,8 @@ class Registry:
         if not path.exists():
             return None
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            record = self._read(path)
+        except (OSError, ValueError, KeyError, TypeError) as e:
             problem = str(e)
         else:
             problem = _well_formed(record, key)
@@ -89,24 +115,90 @@ class Registry:
         return None
 
     def put(self, key: dict, record: dict) -> Path:
-        path = self.path(key)
+        """Write a record whole: its examples as columns, the sweep's vanilla columns in the sweep's file (written
+        first, once; a record whose vanilla columns differ from its sweep file's keeps its own), and an output
+        identical to the vanilla one not again."""
+        path, rows = self.path(key), record["examples"]
+        fields = list(rows[0]) if rows else []
+        if not rows or any(list(r) != fields for r in rows):
+            packed = rows  # rows of different shapes stay rows
+        else:
+            sweep = (record.get("protocol") or {}).get("sweep")
+            shared = [f for f in SHARED if f in fields] if sweep else []
+            if shared and not self._share(sweep, _columns(rows, shared), len(rows)):
+                shared = []
+            columns = _columns(rows, [f for f in fields if f not in shared])
+            if {"output", "identical", "baseline_output"} <= set(fields):  # an output identical to vanilla's: once
+                columns["output"] = [None if same else o for o, same in zip(columns["output"], columns["identical"])]
+            packed = {"n": len(rows), "fields": fields, "sweep_columns": sweep if shared else None,
+                      "columns": columns}
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(record, separators=(",", ":")))  # compact: records hold every example
+            tmp.write_text(json.dumps({**record, "examples": packed}, separators=(",", ":")))
         return path
 
+    def _sweep_path(self, sweep: str) -> Path:
+        return self.root / ".sweeps" / f"{sweep}.json"
+
+    def _share(self, sweep: str, columns: dict, n: int) -> bool:
+        """Store a sweep's vanilla columns once; False where the sweep's file holds other ones."""
+        path = self._sweep_path(sweep)
+        if path.exists():
+            try:
+                return json.loads(path.read_text()) == {"n": n, "columns": columns}
+            except (OSError, ValueError):
+                pass
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps({"n": n, "columns": columns}, separators=(",", ":")))
+        return True
+
+    def _read(self, path: Path) -> dict:
+        """A record as written, its examples back as rows (a record stored as rows is read as it is)."""
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and isinstance(record.get("examples"), dict):
+            packed = record["examples"]
+            columns = dict(packed["columns"])
+            if packed.get("sweep_columns"):
+                shared = json.loads(self._sweep_path(packed["sweep_columns"]).read_text())
+                if shared["n"] != packed["n"]:
+                    raise ValueError("its sweep's file holds another number of examples")
+                columns.update(shared["columns"])
+            if {"output", "identical", "baseline_output"} <= set(packed["fields"]):
+                columns["output"] = [b if same else o for o, same, b in
+                                     zip(columns["output"], columns["identical"], columns["baseline_output"])]
+            record["examples"] = _rows(packed["n"], packed["fields"], columns)
+        return record
+
     def files(self) -> list[Path]:
-        return [p for p in sorted(self.root.rglob("*.json")) if ".partial" not in p.parts]
+        """The record files (not the sweeps' shared columns, not checkpoints)."""
+        return [p for p in sorted(self.root.rglob("*.json")) if not {".partial", ".sweeps"} & set(p.parts)]
+
+    def sweep_files(self) -> list[Path]:
+        return sorted((self.root / ".sweeps").glob("*.json"))
+
+    def compact(self) -> int:
+        """Rewrite records stored as rows (bildlab <= 0.2) as columns, the vanilla runs once per sweep; returns how
+        many were rewritten (the values are the same)."""
+        done = 0
+        for path in self.files():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if _well_formed(record) is None and self.path(record["key"]) == path:
+                self.put(record["key"], record)
+                done += 1
+        return done
 
     def records(self) -> list[dict]:
         """Every well-formed record; the others are reported and skipped."""
         out = []
         for path in self.files():
             try:
-                record = json.loads(path.read_text())
+                record = self._read(path)
                 problem = _well_formed(record)
                 if problem is None and self.path(record["key"]) != path:
                     problem = "its key is not the one its file name stands for"
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, KeyError, TypeError) as e:
                 problem = str(e)
             if problem is None:
                 out.append(record)
@@ -135,8 +227,8 @@ class Registry:
         moved = 0
         for path in self.files():
             try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
+                record = self._read(path)
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
             if _well_formed(record) is not None or not any(f in record["key"] for f in OLD_KEY_FIELDS):
                 continue

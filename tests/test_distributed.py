@@ -14,6 +14,7 @@ import pytest
 from bildlab import distributed, tasks
 from bildlab import evaluate as ev
 from bildlab import shard
+from bildlab.registry import Registry
 from bildlab.summary import summarize
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
@@ -43,7 +44,8 @@ def untimed(record: dict) -> dict:
 
 
 def registry_files(root) -> dict:
-    return {str(p.relative_to(root)): untimed(json.loads(p.read_text())) for p in sorted(root.rglob("*.json"))}
+    reg = Registry(root)
+    return {str(p.relative_to(root)): untimed(reg._read(p)) for p in reg.files()}
 
 
 def submitted(monkeypatch) -> list:
@@ -128,7 +130,7 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_ru
     reg = tmp_path / "ray"
     with pytest.raises(KeyboardInterrupt):
         ev.sweep("toy-mt", GRID, registry=StopAfterFirstShard(reg), executor="ray", shard_size=3, **FAST)
-    assert not [p for p in reg.rglob("*.json") if ".partial" not in p.parts]  # no record, not even half of one
+    assert not Registry(reg).files()  # no record, not even half of one
     (partial,) = reg.rglob(".partial/*.json")
     first = {int(i): row for i, row in json.loads(partial.read_text())["rows"].items()}
     assert sorted(first) in ([0, 1, 2], [3, 4, 5])  # one whole shard
@@ -168,7 +170,7 @@ def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo,
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a runtime of its own, started by the sweep
     run = subprocess.run([sys.executable, "-c", KERNEL, code], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert len(list((tmp_path / "reg").rglob("*.json"))) == 1  # the sweep ran
+    assert len(Registry(tmp_path / "reg").files()) == 1  # the sweep ran
     assert "SIGTERM received" not in run.stderr, run.stderr[-3000:]
 
 

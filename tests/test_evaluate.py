@@ -33,7 +33,7 @@ def test_a_run_is_recorded_and_reused(fake_zoo, tmp_path, monkeypatch):
     assert run["key"]["baseline"] == "greedy" and run["key"]["secondary"] == "hf_greedy"
     assert run["protocol"]["threads"] == 1 and run["protocol"]["interleaved_with"] == ["greedy", "hf_greedy",
                                                                                         "policy0"]
-    files = list(reg.rglob("*.json"))
+    files = ev.Registry(reg).files()
     assert len(files) == 1 and json.loads(files[0].read_text())["key"]["policy"] == {"k": 3}
 
     # the rerun loads the record: no model is touched
@@ -109,7 +109,7 @@ def test_the_key_separates_runs_and_ignores_unused_parameters(fake_zoo):
 def test_corrupt_records_are_reported_and_recomputed(fake_zoo, tmp_path):
     reg = tmp_path / "results"
     first = ev.evaluate("toy-mt", method="bild", registry=reg, **FAST)
-    (path,) = reg.rglob("*.json")
+    (path,) = ev.Registry(reg).files()
     path.write_text(path.read_text()[:100])  # truncated
     with pytest.warns(UserWarning, match="corrupt results record"):
         again = ev.evaluate("toy-mt", method="bild", registry=reg, **FAST)
@@ -143,7 +143,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
     monkeypatch.setattr(shard, "generate", flaky)
     with pytest.raises(KeyboardInterrupt):
         ev.sweep("toy-mt", grid, registry=reg, **FAST)
-    assert not [p for p in reg.rglob("*.json") if ".partial" not in p.parts] and not list(reg.rglob("*.tmp-*"))
+    assert not ev.Registry(reg).files() and not list(reg.rglob("*.tmp-*"))
     (partial,) = reg.rglob(".partial/*.json")
     assert sorted(json.loads(partial.read_text())["rows"]) == ["0", "1", "2"]
 
@@ -153,7 +153,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(f
     assert [r["key"]["policy"]["fallback"] for r in runs] == [0.2, 0.5, 0.8]
     assert counted["hf"] == 3  # examples 3, 4, 5 only
     assert all(len(r["examples"]) == 6 for r in runs)
-    assert len(list(reg.rglob("*.json"))) == 3 and not (reg / ".partial").exists()
+    assert len(ev.Registry(reg).files()) == 3 and not (reg / ".partial").exists()
     fresh = ev.sweep("toy-mt", grid, registry=tmp_path / "fresh", **FAST)
     assert [[e["output"] for e in r["examples"]] for r in fresh] == [[e["output"] for e in r["examples"]]
                                                                      for r in runs]

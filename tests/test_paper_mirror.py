@@ -16,6 +16,7 @@ import torch
 import transformers as tf
 
 from bildlab import mirror, models, tasks
+from bildlab.registry import Registry
 from bildlab.tasks import load_task, provenance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -421,7 +422,7 @@ def test_paper_profile_end_to_end_on_the_mirror(hub, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "runs").glob("*.ipynb")) == sorted(f"{n}.ipynb" for n in TINY)
-    records = [json.loads(p.read_text()) for p in (tmp_path / "registry").rglob("*.json")]
+    records = Registry(tmp_path / "registry").records()
     paper = [r for r in records if r["key"]["pair"] in models.PAPER_PAIRS]
     assert {r["key"]["pair"] for r in paper} == {"iwslt2017-de-en", "xsum", "wmt14-de-en", "cnn_dailymail"}
     for r in paper:  # the generation budget, the checkpoints' and the data's provenance are in every key

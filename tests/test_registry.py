@@ -58,7 +58,7 @@ def test_records_replay_under_other_library_versions_and_recompute_on_request(fa
     again = ev.sweep("toy-mt", grid, registry=tmp_path, recompute=True, **FAST)
     assert [r["versions"]["transformers"] for r in again] == ["5.0.1", "5.0.1"]
     assert [r["key"] for r in again] == [r["key"] for r in first]  # the same experiments, new records
-    assert len(list(tmp_path.rglob("*.json"))) == 2
+    assert len(registry.Registry(tmp_path).files()) == 2
     assert "made with this environment's library versions" in runner.replay_note({tmp_path})
     with pytest.raises(TypeError, match="recompute must be True or False"):
         ev.sweep("toy-mt", grid, registry=tmp_path, recompute="yes", **FAST)
@@ -67,7 +67,7 @@ def test_records_replay_under_other_library_versions_and_recompute_on_request(fa
 def test_records_keyed_by_versions_are_migrated_not_recomputed(fake_zoo, tmp_path, monkeypatch):
     tmp_path = tmp_path / "results"  # beside the fake zoo
     run = ev.evaluate("toy-mt", method="bild", registry=tmp_path, **FAST)
-    (path,) = tmp_path.rglob("*.json")
+    (path,) = registry.Registry(tmp_path).files()
     old_key = {k: v for k, v in run["key"].items() if k != "data"}
     old_key.update(bildlab="0.2.0", torch="2.13.0+cpu", transformers="5.24.0")
     old = {k: v for k, v in run.items() if k != "versions"} | {"key": old_key}
@@ -77,8 +77,8 @@ def test_records_keyed_by_versions_are_migrated_not_recomputed(fake_zoo, tmp_pat
     with pytest.raises(ValueError, match=r"1 records keyed by library versions.*bildlab registry --migrate"):
         runner.replay_note({tmp_path})
     assert ev.migrate(tmp_path) == 1 and ev.migrate(tmp_path) == 0
-    (moved,) = tmp_path.rglob("*.json")
-    record = json.loads(moved.read_text())
+    (moved,) = registry.Registry(tmp_path).files()
+    record = registry.Registry(tmp_path)._read(moved)
     assert record["key"] == run["key"] and moved == reg.path(run["key"])
     assert record["versions"] == {"bildlab": "0.2.0", "torch": "2.13.0+cpu", "transformers": "5.24.0"}
     assert record["examples"] == run["examples"] and record["summary"] == run["summary"]
@@ -90,7 +90,7 @@ def test_records_keyed_by_versions_are_migrated_not_recomputed(fake_zoo, tmp_pat
 def test_a_malformed_record_is_reported_and_recomputed(fake_zoo, tmp_path, content):
     tmp_path = tmp_path / "results"  # beside the fake zoo
     first = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
-    (path,) = tmp_path.rglob("*.json")
+    (path,) = registry.Registry(tmp_path).files()
     if content == "other key":  # a well-formed record, but of another experiment than its file name says
         content = json.dumps({**first, "key": {**first["key"], "seed": 7}})
     path.write_text(content)
@@ -183,3 +183,48 @@ def test_the_cli_migrates_a_registry(tmp_path):
     out = subprocess.run([sys.executable, "-m", "bildlab.cli", "registry", "--migrate", str(tmp_path)],
                          capture_output=True, text=True, check=True)
     assert "0 records moved" in out.stdout
+
+
+def test_records_are_stored_as_columns_with_each_sweeps_vanilla_runs_once(fake_zoo, tmp_path):
+    tmp_path = tmp_path / "results"  # beside the fake zoo
+    grid = [{"fallback": 0.3}, {"fallback": 0.6, "rollback": 0.0}, {"method": "small"}]  # the second: lossless
+    made = ev.sweep("toy-mt", grid, registry=tmp_path, **FAST)
+    reg = registry.Registry(tmp_path)
+    assert all(e["identical"] for e in made[1]["examples"])
+    assert [reg.get(r["key"]) for r in made] == made  # read back exactly, rows and all
+    (sweep,) = reg.sweep_files()  # the vanilla runs (and transformers' generate) once for the three records
+    assert sweep.stem == made[0]["protocol"]["sweep"]
+    for r in made:
+        stored = json.loads(reg.path(r["key"]).read_text())["examples"]
+        assert stored["sweep_columns"] == sweep.stem and "baseline_output" not in stored["columns"]
+        assert set(stored["columns"]["stats"]["columns"]) == set(r["examples"][0]["stats"])  # stats as columns too
+        same = [e["identical"] for e in r["examples"]]
+        assert all((o is None) == i for o, i in zip(stored["columns"]["output"], same))  # not twice
+    rows = made[0]
+    old = tmp_path / "old"
+    # rows as bildlab <= 0.2 wrote them are read as they are, and compacted on request
+    path = registry.Registry(old).path(rows["key"])
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rows))
+    assert registry.Registry(old).get(rows["key"]) == made[0]
+    assert registry.Registry(old).compact() == 1 and registry.Registry(old).compact() == 0
+    assert registry.Registry(old).get(rows["key"]) == made[0] and len(registry.Registry(old).sweep_files()) == 1
+    sweep.unlink()  # a record whose sweep's columns are gone is reported and recomputed
+    with pytest.warns(UserWarning, match="corrupt results record"):
+        again = ev.sweep("toy-mt", grid[:1], registry=tmp_path, **FAST)
+    assert [e["output"] for e in again[0]["examples"]] == [e["output"] for e in made[0]["examples"]]
+
+
+def test_a_sweeps_columns_that_no_record_uses_are_unused(fake_zoo, tmp_path):
+    reg = tmp_path / "results"
+    made = ev.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
+    planner = plan.Planner()
+    planner.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
+    assert plan.unused(reg, planner.read) == []
+    assert [p.name for p in plan.unused(reg, set())] == [registry.Registry(reg).path(made[0]["key"]).name,
+                                                         f"{made[0]['protocol']['sweep']}.json"]
+
+
+def test_the_committed_registry_is_small():
+    size = sum(p.stat().st_size for p in (ROOT / "results" / "toy").rglob("*") if p.is_file())
+    assert size <= 15e6, f"results/toy holds {size / 1e6:.1f} MB"

@@ -9,6 +9,7 @@ import pytest
 
 from bildlab import plots, runner, study, summary
 from bildlab.params import check_params
+from bildlab.registry import Registry
 from bildlab.study.common import _versus
 
 
@@ -358,7 +359,6 @@ def test_new_parameters_are_checked(params, words):
 def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd, monkeypatch):
     """The computing path of a notebook (not only its replay): papermill, a real kernel, the shipped zoo, 2 examples;
     the kernel's own messages reach the terminal (captured here at the file descriptors), and it has none to give."""
-    import json
 
     import nbformat
 
@@ -372,7 +372,7 @@ def test_a_notebook_runs_cold_from_an_empty_registry(tmp_path, capfd, monkeypatc
     nb = nbformat.read(written, as_version=4)
     answer = nb.cells[-1].outputs[0]["text"]
     assert answer.startswith(("Yes: on toy-mt (N = 2)", "No: on toy-mt (N = 2)"))
-    records = [json.loads(p.read_text()) for p in (tmp_path / "registry").rglob("*.json")]
+    records = Registry(tmp_path / "registry").records()
     assert sorted(r["key"]["method"] for r in records) == ["bild", "small"]
     assert all(r["summary"]["examples"] == 2 for r in records)
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["rq1_token_share.pdf", "rq1_token_share.png"]
