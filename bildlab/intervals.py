@@ -26,6 +26,15 @@ def interval(statistic: Callable[[np.ndarray], np.ndarray], n: int, *, n_resampl
              confidence: float = CONFIDENCE, seed: int = SEED) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic(idx)` where idx is an [n_resamples, n] array of example indices
     (vectorized: one value per row). Deterministic for a given seed. A statistic that does not vary gives [v, v]."""
+    lo, hi = intervals(lambda idx: np.asarray(statistic(idx))[None], n, n_resamples=n_resamples,
+                       confidence=confidence, seed=seed)
+    return float(lo[0]), float(hi[0])
+
+
+def intervals(statistic: Callable[[np.ndarray], np.ndarray], n: int, *, n_resamples: int = N_RESAMPLES,
+              confidence: float = CONFIDENCE, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """`interval` for a statistic of many values at once, drawn from the same resamples of the examples:
+    `statistic(idx)` gives [k, n_resamples] for idx [n_resamples, n]; returns the k lows and the k highs."""
     from scipy.stats import bootstrap
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -33,12 +42,12 @@ def interval(statistic: Callable[[np.ndarray], np.ndarray], n: int, *, n_resampl
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1); got {confidence!r}")
     if n == 1:
-        value = float(np.asarray(statistic(np.zeros((1, 1), dtype=int)))[0])
+        value = np.asarray(statistic(np.zeros((1, 1), dtype=int)), dtype=float)[:, 0]
         return value, value
     res = bootstrap((np.arange(n),), lambda idx, axis=-1: statistic(np.atleast_2d(idx)), vectorized=True,
                     paired=False, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
                     batch=BATCH, rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return np.asarray(res.confidence_interval.low, dtype=float), np.asarray(res.confidence_interval.high, dtype=float)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

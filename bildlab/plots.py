@@ -79,7 +79,7 @@ def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float
                 if p.get("label"):
                     ax.annotate(p["label"], (p["speedup"], p["score"]), textcoords="offset points", xytext=(4, 3),
                                 fontsize=6, color=color)
-    if front:  # not dominated where intervals separate: ringed (such a set need not be a monotone line)
+    if front:  # not dominated by paired differences: ringed (such a set need not be a monotone line)
         ax.scatter([p["speedup"] for p in front], [p["score"] for p in front], s=70, facecolors="none",
                    edgecolors="black", linewidths=0.8, label="not dominated (intervals)", zorder=3)
     if baseline is not None:

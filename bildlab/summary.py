@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import metrics
-from .intervals import interval, ratio_of_sums
+from .intervals import interval, intervals, ratio_of_sums
 
 LN2 = float(np.log(2.0))  # below this rollback threshold every disagreement is rolled back: the output is greedy's
 
@@ -218,21 +218,40 @@ def says(c: dict, names=("the first", "the second")) -> str:
     return f"no detectable difference in speed ({detail})"
 
 
-def dominates(a: dict, b: dict) -> bool:
-    """a dominates b only where the intervals separate: a is faster (its speedup interval lies above b's) and not
-    worse (its quality-change interval does not lie below b's), or better (above) and not slower."""
-    sa, sb = a["summary"], b["summary"]
-    faster = sa["speedup_ci"][0] > sb["speedup_ci"][1]
-    not_slower = sa["speedup_ci"][1] >= sb["speedup_ci"][0]
-    better = sa["delta_ci"][0] > sb["delta_ci"][1]
-    not_worse = sa["delta_ci"][1] >= sb["delta_ci"][0]
-    return (faster and not_worse) or (better and not_slower)
+def pareto(records: list[dict], references: list[str] | None = None) -> list[dict]:
+    """The records that no other dominates, by increasing speedup. All on the same examples (one sweep's), compared
+    by their paired differences, every pair from the same bootstrap resamples: a dominates b where a is detectably
+    faster (the paired speed difference's interval above 0) and not detectably worse (the paired quality difference's
+    interval not below 0), or detectably better and not detectably slower. Never by whether intervals overlap.
+    `references`: the examples' targets (default: loaded from the task). A plan's placeholders dominate nothing."""
+    by_speed = sorted(records, key=lambda r: r["summary"]["speedup"])
+    if len(records) < 2 or any(r.get("placeholder") for r in records):
+        return by_speed
+    for r in records[1:]:
+        speed_difference(records[0], r)  # the same examples, timed on the same ones (else a ValueError)
+    if references is None:
+        from .tasks import load_task
 
+        key = records[0]["key"]
+        references = [ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])]
+    k, n = len(records), len(references)
+    timed = [i for i, e in enumerate(records[0]["examples"]) if e["seconds"] is not None]
+    t, v = (np.array([[r["examples"][i][f] for i in timed] for r in records], dtype=float)
+            for f in ("seconds", "baseline_seconds"))
+    metric, outputs = records[0]["summary"]["metric"], {}
+    which = [outputs.setdefault(tuple(e["output"] for e in r["examples"]), len(outputs)) for r in records]
+    data = [metrics.sentence_data(metric, list(o), references) for o in outputs]  # each distinct output list once
 
-def pareto(records: list[dict]) -> list[dict]:
-    """The records that no other record dominates (intervals separate), by increasing speedup."""
-    front = [r for r in records if not any(dominates(o, r) for o in records if o is not r)]
-    return sorted(front, key=lambda r: r["summary"]["speedup"])
+    def pairwise(values):  # [k, resamples] -> [k * k, resamples]: row a * k + b is a - b
+        return (values[:, None, :] - values[None, :, :]).reshape(k * k, -1)
+
+    speed_lo, speed_hi = intervals(lambda idx: pairwise(v[:, idx].sum(-1) / t[:, idx].sum(-1)), len(timed))
+    quality_lo, quality_hi = intervals(
+        lambda idx: pairwise(np.stack([metrics.corpus(metric, d, idx) for d in data])[which]), n)
+    faster, slower = (speed_lo > 0).reshape(k, k), (speed_hi < 0).reshape(k, k)
+    better, worse = (quality_lo > 0).reshape(k, k), (quality_hi < 0).reshape(k, k)
+    dominated = ((faster & ~worse) | (better & ~slower)).any(axis=0)
+    return [r for r in by_speed if not dominated[next(i for i, x in enumerate(records) if x is r)]]
 
 
 def expected_speedup(a: float, k: int, c: float) -> float:

@@ -159,6 +159,7 @@ sys.exit(reply["content"]["status"] != "ok")
 """
 
 
+@pytest.mark.slow
 def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo, tmp_path):
     # a study notebook's kernel, stopped while still connected to Ray, got SIGTERM and Ray printed a stack dump
     pytest.importorskip("ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"')

@@ -298,3 +298,49 @@ def test_a_notebooks_timing_limit_is_checked_before_anything_runs():
     for bad in (0, -3, 2.5, True, "300"):
         with pytest.raises(ParameterError, match="timing_limit must be None or an integer >= 1"):
             check_params({"timing_limit": bad})
+
+
+KILLED = """
+import sys, time
+from bildlab import evaluate as ev, shard
+ev.CHECKPOINT_SECONDS = 0  # every finished example on disk at once
+real = shard.generate
+def slow(*a, **kw):
+    time.sleep(0.2)
+    return real(*a, **kw)
+shard.generate = slow
+ev.sweep("toy-mt", [{"fallback": 0.3}], registry=sys.argv[1], limit=6, max_new_tokens=8, warmup=1, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_with_sigkill_resumes_from_its_last_checkpoint(fake_zoo, tmp_path, monkeypatch):
+    """No `finally` runs on SIGKILL: what survives is what the checkpoints had written."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    reg = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(reg)], env=os.environ.copy())
+    deadline, rows = time.monotonic() + 120, {}
+    while time.monotonic() < deadline and len(rows) < 2:
+        time.sleep(0.05)
+        partial = list((reg / ".partial").glob("*.json")) if (reg / ".partial").exists() else []
+        try:
+            rows = json.loads(partial[0].read_text())["rows"] if partial else {}
+        except ValueError:  # never: checkpoints are written whole
+            pytest.fail("a checkpoint was read half-written")
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL and 2 <= len(rows) < 6
+    assert not ev.Registry(reg).files()  # no record, not even half of one
+    (partial,) = (reg / ".partial").glob("*.json")
+    kept = len(json.loads(partial.read_text())["rows"])  # what the last checkpoint before the kill held
+    assert len(rows) <= kept < 6
+    calls = _count_decodes(monkeypatch)
+    (run,) = ev.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
+    assert calls["policy"] == (6 - kept) + 1  # only the examples the checkpoint did not hold (+ one warm-up)
+    clean = ev.evaluate("toy-mt", method="bild", fallback=0.3, registry=tmp_path / "clean", **FAST)
+    assert [e["output"] for e in run["examples"]] == [e["output"] for e in clean["examples"]]
+    assert not (reg / ".partial").exists()

@@ -402,6 +402,7 @@ def test_paper_params_use_the_papers_generation_length():
             assert p["max_new_tokens"] == models.PAPER_MAX_NEW_TOKENS == 127, path.name
 
 
+@pytest.mark.slow
 def test_paper_profile_end_to_end_on_the_mirror(hub, tmp_path):
     import yaml
 

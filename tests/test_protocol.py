@@ -126,13 +126,29 @@ def _rec(speed, ci, delta, dci, identical=10):
                         "identical_count": identical}}
 
 
-def test_a_policy_is_dominated_only_where_intervals_separate():
-    a = _rec(2.0, [1.9, 2.1], 0.0, [-0.5, 0.5])
-    b = _rec(1.5, [1.4, 1.6], 0.0, [-0.5, 0.5])  # slower, same quality: dominated by a
-    c = _rec(1.95, [1.7, 2.2], -0.1, [-0.6, 0.4])  # overlaps a on both: not dominated
-    d = _rec(2.5, [2.4, 2.6], -3.0, [-4.0, -2.0])  # faster but worse: not dominated
-    assert summary.dominates(a, b) and not summary.dominates(a, c) and not summary.dominates(a, d)
-    assert summary.pareto([a, b, c, d]) == [c, a, d]
+def _policy_record(seconds, identical=True):
+    """A record of 40 examples of one sweep (vanilla 0.1 s each), timed `seconds` per example."""
+    refs = [" ".join(f"w{i + j}" for j in range(6)) for i in range(40)]
+    rows = _rows(40, identical=identical)
+    for r, t in zip(rows, seconds):
+        r["seconds"] = float(t)
+    return {"key": {"pair": "toy-mt", "task": "toy-mt", "split": "test", "limit": 40},
+            "summary": summary.summarize(rows, refs, metric="bleu"), "examples": rows}, refs
+
+
+def test_a_policy_is_dominated_only_by_its_paired_differences():
+    rng = np.random.default_rng(0)
+    base = 0.05 * rng.uniform(0.8, 1.2, 40)
+    a, refs = _policy_record(base)
+    b, _ = _policy_record(base * 1.03)  # 3% slower on every example, same outputs: dominated by a
+    c, _ = _policy_record(base[::-1])  # as fast as a in all (its times in another order): no detectable difference
+    d, _ = _policy_record(base * 0.6, identical=False)  # faster, but half its outputs are wrong: not dominated
+    # b's own speedup interval overlaps a's: an overlap test would keep b on the front
+    assert b["summary"]["speedup_ci"][1] > a["summary"]["speedup_ci"][0]
+    front = summary.pareto([a, b, c, d], refs)
+    assert [x is b for x in front] == [False] * 3 and {id(x) for x in front} == {id(a), id(c), id(d)}
+    assert front[-1] is d  # by increasing speedup
+    assert summary.pareto([b, a], refs) == [a] and summary.pareto([a], refs) == [a]
 
 
 def test_choose_takes_the_fastest_within_the_tolerance_or_lossless():

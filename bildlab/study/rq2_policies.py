@@ -13,7 +13,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
         sweep=None, **run) -> Result:
     """RQ2: what do the fallback and rollback policies each contribute? alpha_FB x alpha_RB over the paper's
-    ranges, the speed-quality Pareto front (a policy is dominated only where intervals separate), and the two
+    ranges, the speed-quality Pareto front (a policy is dominated only by paired differences that separate), and the two
     ablations (fallback only: no rollback; rollback only: no fallback), per pair. Rollback thresholds below ln 2 are
     lossless by construction (every disagreement is rolled back), so the trade-off lives above it."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
@@ -47,7 +47,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
                   + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
                   + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
                   f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "
-                  f"where intervals separate (with both thresholds: {both}).")
+                  f"by another's paired differences (with both thresholds: {both}).")
         headline = {"front": len(front), "policies": len(val),
                     "chosen": {k: (_policy(b) if b else None) for k, b in best.items()},
                     "test": {k: _speedup(t) for k, t in test.items()}}
