@@ -4,9 +4,11 @@ A record's key is what defines the experiment (pair, task, split, examples, poli
 protocol, model and data hashes); the library versions it was made with are provenance, stored in the record
 (`versions`), not in the key: the committed study replays under other releases, and `recompute` asks for new records.
 A record is written atomically and reused, so a rerun is instant; anything in the registry that is not a well-formed
-record (truncated, not an object, a key that is not its file's) is reported and recomputed. A sweep in progress keeps
-its finished examples in a checkpoint next to the records (`.partial/`), so an interrupted sweep resumes from its last
-finished example.
+record (truncated, not an object, a key that is not its file's) is reported and recomputed. On disk a record's
+examples are columns, the vanilla runs of its sweep are stored once for all its records (`.sweeps/`), and an output
+identical to vanilla's is not stored again; `get` gives back the rows exactly as they were put. A sweep in progress
+keeps its finished examples in a checkpoint next to the records (`.partial/`), so an interrupted sweep resumes from
+its last finished example.
 """
 
 from __future__ import annotations
