@@ -81,7 +81,7 @@ def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float
                                 fontsize=6, color=color)
     if front:  # not dominated by paired differences: ringed (such a set need not be a monotone line)
         ax.scatter([p["speedup"] for p in front], [p["score"] for p in front], s=70, facecolors="none",
-                   edgecolors="black", linewidths=0.8, label="not dominated (intervals)", zorder=3)
+                   edgecolors="black", linewidths=0.8, label="not dominated (paired differences)", zorder=3)
     if baseline is not None:
         ax.axhline(baseline, color="grey", lw=0.8, ls=":", label="vanilla large model")
     if reference is not None:
