@@ -34,11 +34,9 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
     """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
     {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
     every shard warms up on its own first examples. Each row also says where it was timed (`machine`)."""
-    pair, entries, mnt, seed = spec["pair"], spec["entries"], spec["max_new_tokens"], spec["seed"]
-    pairs = {d: load(pair, d, spec["device"], spec["zoo"]) for d in sorted({e["draft"] for e in entries})}
+    entries, mnt, seed = spec["entries"], spec["max_new_tokens"], spec["seed"]
+    pairs, inputs = _models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
-    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
-    inputs = [p.encode(examples[i]["source"]) for i in indices]
     hf_eos = p.large.generation_config.eos_token_id
     runners = {}
     for name in runner_names(entries, spec["hf_baseline"]):
@@ -77,6 +75,21 @@ def _result(out) -> tuple[list[int], dict]:
     return out.tokens, out.stats
 
 
+def _models_and_inputs(spec: dict, indices: list[int]) -> tuple[dict, list]:
+    """A sweep's pair loaded once per draft it uses ({draft: Pair}) and the model inputs of the examples `indices`."""
+    drafts = sorted({e["draft"] for e in spec["entries"]})
+    pairs = {d: load(spec["pair"], d, spec["device"], spec["zoo"]) for d in drafts}
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    p = next(iter(pairs.values()))
+    return pairs, [p.encode(examples[i]["source"]) for i in indices]
+
+
+def _policy_kwargs(e: dict) -> dict:
+    """The keywords of a draft-and-verify policy (bild, speculative) for `generate` and `generate_batch`."""
+    return dict(method=e["method"], k=e["k"], fallback=e["fallback"], rollback=e["rollback"],
+                max_small_steps=e["max_small_steps"], rollback_rule=e["rollback_rule"])
+
+
 def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
     if e["method"] == "hf_assisted":
         eos = p.large.generation_config.eos_token_id
@@ -87,10 +100,8 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
     if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
         return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens))
     return lambda x, i: _result(generate(
-        p.large, x, small=p.small, method=e["method"], max_new_tokens=max_new_tokens, k=e["k"],
-        fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
-        rollback_rule=e["rollback_rule"], do_sample=e["do_sample"], temperature=e["temperature"],
-        seed=seed + i if e["do_sample"] else None))
+        p.large, x, small=p.small, max_new_tokens=max_new_tokens, do_sample=e["do_sample"],
+        temperature=e["temperature"], seed=seed + i if e["do_sample"] else None, **_policy_kwargs(e)))
 
 
 def outputs(spec: dict, indices: list[int], batch_size: int = 64) -> dict[str, list[list[int]]]:
@@ -99,11 +110,8 @@ def outputs(spec: dict, indices: list[int], batch_size: int = 64) -> dict[str, l
     policy. Not timed: outputs for quality, on whole splits; the protocol times a sample at batch 1 (`time_shard`)."""
     from .batch import generate_batch
 
-    drafts = sorted({e["draft"] for e in spec["entries"]})
-    pairs = {d: load(spec["pair"], d, spec["device"], spec["zoo"]) for d in drafts}
+    pairs, xs = _models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
-    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
-    xs = [p.encode(examples[i]["source"]) for i in indices]
     mnt = spec["max_new_tokens"]
     out = {"greedy": generate_batch(p.large, xs, max_new_tokens=mnt, batch_size=batch_size)}
     for n, e in enumerate(spec["entries"]):
@@ -112,8 +120,6 @@ def outputs(spec: dict, indices: list[int], batch_size: int = 64) -> dict[str, l
             out[f"policy{n}"] = generate_batch(q.large if e["method"] == "greedy" else q.small, xs,
                                                max_new_tokens=mnt, batch_size=batch_size)
         else:
-            out[f"policy{n}"] = generate_batch(q.large, xs, small=q.small, method=e["method"], max_new_tokens=mnt,
-                                               batch_size=batch_size, k=e["k"], fallback=e["fallback"],
-                                               rollback=e["rollback"], max_small_steps=e["max_small_steps"],
-                                               rollback_rule=e["rollback_rule"])
+            out[f"policy{n}"] = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt,
+                                               batch_size=batch_size, **_policy_kwargs(e))
     return {name: [o.tokens for o in outs] for name, outs in out.items()}
