@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def _demo(args) -> int:
@@ -70,7 +71,8 @@ def _study(args) -> int:
 
         if args.recompute:
             overrides["recompute"] = True
-        print(format_plan(plan(args.profile, args.notebook, overrides), args.profile))
+        from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
+        print(format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile))
         return 0
     _check_machine(args.profile, args.notebook, args.params, overrides)
     from .runner import run_study

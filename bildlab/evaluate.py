@@ -259,14 +259,15 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
            hf_baseline: bool = True, timing_pass: int = 1,
            registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
            executor: str = "local", shard_size: int | None = None, recompute: bool = False,
-           timing_limit: int | None = None, batch_size: int = 64, offline: bool = False, **common) -> Lookup:
+           timing_limit: int | dict | None = None, batch_size: int = 64, offline: bool = False,
+           **common) -> Lookup:
     """Check a sweep's arguments and find what it would compute, loading no model. `offline=True` (a plan on a
     machine without the paper's models or data): where their provenance cannot be had, nothing is looked up and
     every policy is to run. `timing_limit`: outputs and quality on every example (computed in batches of
     `batch_size`, `batch.generate_batch`), the timing protocol at batch 1 on a seeded sample of this many of them
-    (`timed_indices`); None times every example."""
+    (`timed_indices`); None times every example. `limit` and `timing_limit` may be dicts per pair."""
     task = task or (task_of(pair) if pair in PAIRS else None)
-    limit = per_pair(limit, pair, "limit")
+    limit, timing_limit = per_pair(limit, pair, "limit"), per_pair(timing_limit, pair, "timing_limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
         raise ValueError(f"grid must be a non-empty list of policy dicts; got {grid!r}")
     check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
@@ -341,9 +342,10 @@ def _run(s: Lookup, progress) -> list[dict]:
                 **{k: v for k, v in s.run.items() if k not in ("executor", "shard_size", "timing_limit", "batch_size")})
     sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
     n, timed = len(tasks.load_task(task, split, limit=limit)), s.timed()
+    label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
     batched = None
     if s.run["timing_limit"] is not None:  # outputs for quality on every example, in batches (not timed)
-        batched = shard.outputs(spec, list(range(n)), s.run["batch_size"])
+        batched = shard.outputs(spec, list(range(n)), s.run["batch_size"], progress=label if progress else False)
     done = reg.load_partial(sweep_key) if reg is not None else {}
     rest = [i for i in timed if i not in done]
     saved = [time.monotonic()]
@@ -359,7 +361,6 @@ def _run(s: Lookup, progress) -> list[dict]:
         if reg is not None and len(done) < len(timed):
             reg.save_partial(sweep_key, done)
 
-    label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
     try:
         if rest and executor == "local":
             shard.time_shard(spec, rest, progress=label if progress else False, on_row=checkpoint)

@@ -5,6 +5,10 @@ a message naming the parameter (a ParameterError, a ValueError)."""
 from __future__ import annotations
 
 
+# the numbers of examples a notebook takes: each None, an integer >= 1 or a dict of them per pair
+SIZES = ("limit", "val_limit", "timing_limit", "val_timing_limit")
+
+
 class ParameterError(ValueError):
     """A bad parameter, or one this machine cannot serve, found before anything runs: `bildlab study` prints its
     message as one line (exit status 2), without a traceback."""
@@ -50,7 +54,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             for k in as_list(name):
                 if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                     raise ParameterError(f"{name}: draft lengths must be integers >= 1; got {k!r}")
-        elif name in ("limit", "val_limit"):
+        elif name in SIZES:
             v = params[name]
             for pair, n in (v.items() if isinstance(v, dict) else [(None, v)]):
                 if pair is not None and pair not in PAIRS:
@@ -69,16 +73,13 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 check(params.get("executor", "local"), params.get("shard_size"))
             except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
                 raise ParameterError(str(e)) from None
-        elif name == "timing_limit" and params[name] is not None and (
-                isinstance(params[name], bool) or not isinstance(params[name], int) or params[name] < 1):
-            raise ParameterError(f"timing_limit must be None or an integer >= 1; got {params[name]!r}")
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":
             v = params[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(f"max_new_tokens must be an integer >= 1; got {v!r}")
-        elif name in ("passes", "threads", "repeats"):
+        elif name in ("passes", "threads", "repeats", "batch_size"):
             v = params[name]
             if (isinstance(v, bool) or not isinstance(v, int) or v < 1) and not (name == "threads" and v is None):
                 raise ParameterError(f"{name} must be an integer >= 1; got {v!r}")
@@ -96,7 +97,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             check_device(params[name], here=params.get("executor", "local") == "local")
 
     named = {p for name in ("pair", "pairs", "reference_pairs") if name in params for p in as_list(name)} - {None}
-    for name in ("limit", "val_limit"):  # a size per pair must cover every pair the notebook runs
+    for name in SIZES:  # a size per pair must cover every pair the notebook runs
         missing = sorted(named - set(params[name])) if isinstance(params.get(name), dict) else []
         if missing:
             raise ParameterError(f"{name} gives no size for pair(s) {', '.join(missing)}; give one per pair or one "

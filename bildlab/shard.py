@@ -104,22 +104,30 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
         temperature=e["temperature"], seed=seed + i if e["do_sample"] else None, **_policy_kwargs(e)))
 
 
-def outputs(spec: dict, indices: list[int], batch_size: int = 64) -> dict[str, list[list[int]]]:
+def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool | str = False
+            ) -> dict[str, list[list[int]]]:
     """Every runner's greedy output tokens for the examples `indices`, computed in batches (`batch.generate_batch`,
     token for token the engine's): {runner name: [tokens per index]} for the vanilla large model ("greedy") and each
-    policy. Not timed: outputs for quality, on whole splits; the protocol times a sample at batch 1 (`time_shard`)."""
+    policy. Not timed (on the protocol's thread count): outputs for quality, on whole splits; the protocol times a
+    sample at batch 1 (`time_shard`). `progress`: a bar over the runners."""
     from .batch import generate_batch
 
     pairs, xs = _models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
     mnt = spec["max_new_tokens"]
-    out = {"greedy": generate_batch(p.large, xs, max_new_tokens=mnt, batch_size=batch_size)}
-    for n, e in enumerate(spec["entries"]):
-        q = pairs[e["draft"]]
-        if e["method"] in ("greedy", "small"):
-            out[f"policy{n}"] = generate_batch(q.large if e["method"] == "greedy" else q.small, xs,
-                                               max_new_tokens=mnt, batch_size=batch_size)
-        else:
-            out[f"policy{n}"] = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt,
-                                               batch_size=batch_size, **_policy_kwargs(e))
-    return {name: [o.tokens for o in outs] for name, outs in out.items()}
+    names = ["greedy"] + [f"policy{n}" for n in range(len(spec["entries"]))]
+    if progress:
+        names = timing.progress_bar(names, desc=f"{progress} (outputs in batches of {batch_size})")
+    out = {}
+    with timing.fixed_threads(spec["threads"]):
+        for name in names:
+            e = spec["entries"][int(name[6:])] if name != "greedy" else {"method": "greedy", "draft": "small"}
+            q = pairs.get(e["draft"], p)
+            if e["method"] in ("greedy", "small"):
+                outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
+                                      batch_size=batch_size)
+            else:
+                outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
+                                      **_policy_kwargs(e))
+            out[name] = [o.tokens for o in outs]
+    return out

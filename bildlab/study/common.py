@@ -113,9 +113,9 @@ def _grid(fallbacks, rollbacks) -> list[dict]:
     return [{"fallback": f, "rollback": r} for f in fallbacks for r in rollbacks]
 
 
-def _val(run: dict, val_split: str, val_limit) -> dict:
-    """The run arguments for the validation sweep (same everything, other split and size)."""
-    return {**run, "split": val_split, "limit": val_limit}
+def _val(run: dict, val_split: str, val_limit, val_timing_limit=None) -> dict:
+    """The run arguments for the validation sweep (same everything, other split, size and timed sample)."""
+    return {**run, "split": val_split, "limit": val_limit, "timing_limit": val_timing_limit}
 
 
 def _pairs(pairs) -> list[str]:
@@ -141,11 +141,12 @@ def _each_pair(name: str, figure: str, pairs, figures, one) -> Result:
     return Result(name, _frame(rows), fig, " ".join(answers), headline, records)
 
 
-def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, ax, sweep, **run) -> dict:
+def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, val_timing_limit, ax, sweep,
+            **run) -> dict:
     """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table
     rows, both fronts drawn into `ax`; each draft's fastest policy within the tolerance, reported on test."""
     flat = [{**g, "draft": d} for d in drafts for g in grid]
-    recs = sweep(pair, flat, **_val(run, val_split, val_limit))
+    recs = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
     by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
     rows = [{"pair": pair, "draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items()
             for r in rs]

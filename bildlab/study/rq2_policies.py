@@ -10,8 +10,8 @@ from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_t
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
-        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
-        sweep=None, **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, val_timing_limit=None,
+        figures="figures", sweep=None, **run) -> Result:
     """RQ2: what do the fallback and rollback policies each contribute? alpha_FB x alpha_RB over the paper's
     ranges, the speed-quality Pareto front (a policy is dominated only by paired differences that separate), and the two
     ablations (fallback only: no rollback; rollback only: no fallback), per pair. Rollback thresholds below ln 2 are
@@ -22,7 +22,7 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     flat = [g for grid in kinds.values() for g in grid]
 
     def one(pair, ax):
-        val = sweep(pair, flat, **_val(run, val_split, val_limit))
+        val = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
         by_kind, i = {}, 0
         for kind, grid in kinds.items():
             by_kind[kind] = val[i: i + len(grid)]

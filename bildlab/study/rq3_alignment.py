@@ -8,8 +8,8 @@ from .common import Result, _speed, _versus, _grid, _each_pair, _drafts, _speedu
 
 
 def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
-        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
-        sweep=None, **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, val_timing_limit=None,
+        figures="figures", sweep=None, **run) -> Result:
     """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
     with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals, per
     pair."""
@@ -17,7 +17,8 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
 
     def one(pair, ax):
         d = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks),
-                    f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, ax, sweep, **run)
+                    f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, val_timing_limit,
+                    ax, sweep, **run)
         best, agree = d["best"], _agreement(pair)
         answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
                   f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "

@@ -9,16 +9,16 @@ from .common import Result, _speed, _versus, _grid, _each_pair, _drafts, _speedu
 
 
 def rq4(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
-        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, figures="figures",
-        sweep=None, **run) -> Result:
+        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, val_timing_limit=None,
+        figures="figures", sweep=None, **run) -> Result:
     """RQ4: BiLD with an early exit of the large model as the draft, against a separate small model; each draft's
     cost ratio c and acceptance, per pair."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
 
     def one(pair, ax):
         d = _drafts(pair, {"small": "separate small", "early-exit": "early exit"}, _grid(fallbacks, rollbacks),
-                    f"{pair}: early-exit draft vs separate small model", tolerance, val_split, val_limit, ax, sweep,
-                    **run)
+                    f"{pair}: early-exit draft vs separate small model", tolerance, val_split, val_limit,
+                    val_timing_limit, ax, sweep, **run)
         best, by = d["best"], d["by"]
         costs = {label: round(sum(sm.cost_ratio(r) for r in rs) / len(rs), 3) for label, rs in by.items()}
         accept = {label: round(sum(sm.acceptance(r) for r in rs) / len(rs), 3) for label, rs in by.items()}

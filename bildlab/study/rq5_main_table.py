@@ -49,6 +49,7 @@ ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "ali
 
 def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 1.0, 2.0, 3.0, 5.0),
         tolerance: float = 0.2, degraded_tolerance: float = 1.2, val_split: str = "validation", val_limit=100,
+        val_timing_limit=None,
         passes: int = 2, figures="figures", sweep=None, **run) -> Result:
     """RQ5: the paper's main table. Per task and small model (unaligned, aligned) the policy of each row is chosen on
     the validation split (the fastest with every output identical to vanilla; the fastest within `tolerance`; the
@@ -61,7 +62,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     table, records, headline, speed_series, speed_cis = [], [], {}, {}, {}
     for pair in _pairs(pairs):
         flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
-        val = sweep(pair, flat, **_val(run, val_split, val_limit))
+        val = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
         records += val
         chosen = {}
         for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
