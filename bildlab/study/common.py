@@ -47,11 +47,19 @@ def _policy(record: dict) -> str:
     return key["method"]
 
 
+def _n(summary: dict) -> str:
+    """A record's sizes for an answer or a title: 'N = 1000', or 'N = 1000, 300 timed' where speed comes from a timed
+    sample and quality from every example."""
+    timed = summary.get("timed_examples")
+    return f"N = {summary['examples']}" + (f", {timed} timed" if timed is not None else "")
+
+
 def _cells(record: dict) -> dict:
-    """A record's numbers with their 95% intervals, as table cells (N stands in every row)."""
+    """A record's numbers with their 95% intervals, as table cells (N, and the timed N, stand in every row)."""
     s = record["summary"]
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
-    return {"N": s["examples"], metric: sm.fmt(s["score"], s["score_ci"]),
+    return {"N": s["examples"], "N timed": s.get("timed_examples", s["examples"]),
+            metric: sm.fmt(s["score"], s["score_ci"]),
             f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
             "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
@@ -156,10 +164,10 @@ def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val
     plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
                                               for r in sm.pareto(rs)]
                          for label, rs in by.items()}, metric=metric,
-                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
+                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, {_n(s0)})", ax=ax)
     test = _on_test(pair, best, sweep, **run)
-    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
-    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} (N = {s0['examples']}), "
-              f"reported on {run.get('split', 'test')} (N = {n_test})")
+    n_test = next((_n(t["summary"]) for t in test.values() if t), "N = 0")
+    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({_n(s0)}), "
+              f"reported on {run.get('split', 'test')} ({n_test})")
     return {"rows": rows, "best": test, "by": by, "within": within,
             "records": recs + [t for t in test.values() if t]}
