@@ -26,10 +26,10 @@ SETUPS = {"toy-mt vanilla (greedy)": ("toy-mt", dict(method="greedy")),
           "toy-mt-llama speculative k 4": ("toy-mt-llama", dict(method="speculative", k=4))}
 
 
-def timed(fn):
-    t0 = clock("cpu")
+def timed(fn, device="cpu"):
+    t0 = clock(device)
     out = fn()
-    return out, clock("cpu") - t0
+    return out, clock(device) - t0
 
 
 def main(argv=None):
@@ -40,15 +40,16 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up decodes per method (default 2)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu); the clock syncs CUDA")
     args = ap.parse_args(argv)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     examples = load_task("toy-mt", args.split, limit=args.n)
     differ = 0
-    print(f"inputs={len(examples)} max_new_tokens={args.max_new_tokens} threads={args.threads} device=cpu")
+    print(f"inputs={len(examples)} max_new_tokens={args.max_new_tokens} threads={args.threads} device={args.device}")
     print(f"{'setup':>30} | {'decoding':>18} | {'outputs/s':>9} | {'x engine':>8} | {'identical':>9}")
     with fixed_threads(args.threads), torch.inference_mode():
         for name, (pair_name, policy) in SETUPS.items():
-            pair = load_pair(pair_name)
+            pair = load_pair(pair_name, device=args.device)
             inputs = [pair.encode(ex["source"]) for ex in examples]
             kw = dict(max_new_tokens=args.max_new_tokens, **policy)
             if policy["method"] != "greedy":
@@ -56,11 +57,11 @@ def main(argv=None):
             for x in inputs[: args.warmup]:
                 generate(pair.large, x, **kw)
             generate_batch(pair.large, inputs[: args.warmup], **kw)
-            ref, seconds = timed(lambda: [generate(pair.large, x, **kw).tokens for x in inputs])
+            ref, seconds = timed(lambda: [generate(pair.large, x, **kw).tokens for x in inputs], args.device)
             base = len(inputs) / seconds
             print(f"{name:>30} | {'generate':>18} | {base:9.1f} | {1.0:8.2f} | {len(ref):>9}")
             for size in sizes:
-                outs, seconds = timed(lambda: generate_batch(pair.large, inputs, batch_size=size, **kw))
+                outs, seconds = timed(lambda: generate_batch(pair.large, inputs, batch_size=size, **kw), args.device)
                 same = sum(o.tokens == r for o, r in zip(outs, ref))
                 differ += len(ref) - same
                 rate = len(inputs) / seconds
