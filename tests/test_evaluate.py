@@ -307,6 +307,22 @@ def test_a_notebooks_batched_outputs_are_computed_once_and_planned_once(fake_zoo
     assert [s["decodes"] for s in planner.sweeps] == [3 * 4, 3 * 4, 3 * 3]  # batch 1: the timed examples only
 
 
+def test_a_batched_output_that_differs_from_batch_1_is_counted_and_reported(fake_zoo, tmp_path, monkeypatch):
+    from bildlab import batch
+
+    real = batch.generate_batch
+
+    def off_by_one(*a, **kw):  # a planted bug: the first example's batched output loses its last token
+        outs = real(*a, **kw)
+        outs[0].tokens = outs[0].tokens[:-1]
+        return outs
+
+    monkeypatch.setattr(batch, "generate_batch", off_by_one)
+    with pytest.warns(UserWarning, match="1 of 6 timed examples' batch-1 outputs differ from the batched ones"):
+        (run,) = ev.sweep("toy-mt", [{"fallback": 0.4}], registry=tmp_path, timing_limit=6, batch_size=4, **FAST)
+    assert run["timed_identical"] == 5 and run["timed"] == list(range(6))
+
+
 def test_timing_limit_refuses_what_batches_cannot_give(fake_zoo, tmp_path):
     for entry, match in (({"method": "hf_assisted"}, "needs timing_limit=None"),
                          ({"method": "speculative", "do_sample": True}, "needs timing_limit=None")):

@@ -66,7 +66,10 @@ def _cells(record: dict) -> dict:
             "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
             "large-model share": None if s["small_share"] is None else round(1 - s["small_share"], 3),
             "tokens / large call": s["mean_accepted"],
-            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}"}
+            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}",
+            # outputs computed in batches: on the timed examples, the batch-1 outputs must equal them
+            **({"batch-1 = batched (timed)": f"{record['timed_identical']}/{len(record['timed'])}"}
+               if "timed" in record else {})}
 
 
 def _point(record: dict, label: str = "") -> dict:
