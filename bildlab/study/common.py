@@ -55,10 +55,11 @@ def _n(summary: dict) -> str:
 
 
 def _cells(record: dict) -> dict:
-    """A record's numbers with their 95% intervals, as table cells (N, and the timed N, stand in every row)."""
+    """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N where speed comes from
+    a timed sample)."""
     s = record["summary"]
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
-    return {"N": s["examples"], "N timed": s.get("timed_examples", s["examples"]),
+    return {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
             metric: sm.fmt(s["score"], s["score_ci"]),
             f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
