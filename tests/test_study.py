@@ -294,7 +294,7 @@ def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
     result = study.rq5(("toy-mt", "toy-sum"), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=20,
                        limit={"toy-mt": 20, "toy-sum": 30}, figures=str(tmp_path))
     mt, summ = result.answer.split("On toy-mt (N = 20): ")[1].split(" On toy-sum (N = 30): ")  # each task's own N
-    assert "N = 20 (toy-mt), 30 (toy-sum)" in result.figure.axes[0].get_title()
+    assert "N = 20 (toy-mt), N = 30 (toy-sum)" in result.figure.axes[0].get_title()
     # rows of one small model that chose the same policy are named together, once
     assert "unaligned lossless = unaligned no loss (rb, fb) = (3.0, 0.9): 1.40x [1.35, 1.45] and 1.40x" in mt
     assert mt.count("(3.0, 0.9)") == 2 and "aligned lossless = aligned no loss (rb, fb) = (3.0, 0.9)" in mt
