@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -421,6 +422,10 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                          "hf_identical": h["tokens"] == base_tokens if h else None,
                          "machine": machines.index(where[i]) if timed else None})
         timed_rows = {"timed": sorted(done), "timed_identical": same} if batched else {}
+        if batched and same < len(done):
+            warnings.warn(f"{_label(e)} on {spec['pair']} {spec['split']}: {len(done) - same} of {len(done)} timed "
+                          f"examples' batch-1 outputs differ from the batched ones (a bug unless a numerical tie; "
+                          f"the record counts them: timed_identical)", stacklevel=2)
         records.append({"key": key, "versions": made_with, **timed_rows,
                         "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),

@@ -19,26 +19,37 @@ import warnings
 from pathlib import Path
 
 from . import evaluate as ev
-from . import study
+from . import shard, study
 from .registry import Registry, digest
 from .runner import NOTEBOOKS, notebook_defaults, notebook_names, profile_params
 from .tasks import PAPER_TASKS, task_metric
 
-# Seconds per decode of the vanilla large model at batch 1, the unit of the estimate (a policy's decode is counted as
-# one vanilla decode: an upper bound for BiLD and speculative decoding). Paper tasks, on a T4-class GPU: CNN/DM
-# 37,872 s for 13,368 validation examples in a public reproduction (2.83 s); the others scaled from it by their
+# Seconds per decode of the vanilla large model at batch 1, the unit of the estimate. Paper tasks, on a T4-class GPU:
+# CNN/DM 37,872 s for 13,368 validation examples in a public reproduction (2.83 s); the others scaled from it by their
 # typical output length (about 55 tokens for CNN/DM, 25 for XSum, 30 for the translations). Toy tasks, on one CPU
 # thread: the vanilla T5's mean timed seconds per decode in the committed toy records (two study processes on 2
 # cores): 0.249 (toy-mt), 0.331 (toy-sum). The two kinds are reported apart, never added.
 SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5, "wmt14-de-en": 1.6,
                       "toy-mt": 0.25, "toy-sum": 0.33}
-# Outputs computed in batches (`timing_limit`: quality on whole splits, the protocol on a sample) cost a fraction of
-# a batch-1 decode each: 1 / BATCH_GAIN. Measured on 1 CPU thread at batch 64 (benchmarks/bench_batch.py, toy zoo,
-# 128 examples): 5.6x the outputs per second of the engine at batch 1 for BiLD, 10.8x for greedy speculative
-# decoding (whose output is the large model's greedy one). Assumed here: 5, the lower; a GPU batches further (not
-# measured: no GPU was lent), so on a GPU box this overstates the output hours.
-BATCH_GAIN = 5.0
-UNITS = {"gpu": "GPU hours (paper tasks; T4-class, batch 1)", "cpu": "CPU hours (toy tasks; 1 thread)"}
+# Timing hours (the protocol at batch 1): every runner's decode of a timed example counts as one vanilla decode (an
+# upper bound for BiLD and speculative decoding, which the protocol finds faster than vanilla).
+#
+# Output hours (`timing_limit`: quality on every example, outputs in batches): a batched output of the large model
+# costs 1 / BATCH_GAIN of a vanilla decode; the small model's alone c / BATCH_GAIN; a draft-and-verify policy's
+# (1 + c) / BATCH_GAIN, since the lockstep engine runs both models at every position. BATCH_GAIN: the vanilla toy-mt
+# T5 at batch 64 against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread
+# (`python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128 --batch-sizes 64`; BiLD fb 0.5
+# rb 3 there: 10.0x, consistent with 1 + c). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
+# kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the small model's
+# decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large
+# 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the translations); toy pairs 0.3 (RQ4's measured 0.23-0.29).
+# An output the same notebook already computed (the vanilla model's in every sweep of a split, a policy's in a
+# second timing pass) is not computed again (`shard.outputs` keeps them in memory), and not counted again here.
+BATCH_GAIN = 18.0
+COST_RATIO = {"cnn_dailymail": 0.175, "xsum": 0.175, "iwslt2017-de-en": 0.34, "wmt14-de-en": 0.34,
+              "toy-mt": 0.3, "toy-sum": 0.3}
+UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
+PARTS = {"timing": "timing (batch 1)", "outputs": "outputs (batched)"}
 
 
 class Planner:
@@ -49,6 +60,7 @@ class Planner:
         self.sweeps: list[dict] = []
         self.read: set[str] = set()  # the digests of every record key the questions asked for
         self._counted: set[str] = set()  # the keys of the records this plan already counts
+        self.outputs: set[tuple] = set()  # the batched outputs the notebook being planned has computed (its kernel's)
 
     def sweep(self, pair: str, grid: list[dict], *, progress=None, check_only: bool = False, **run) -> list[dict]:
         found = ev.lookup(pair, grid, offline=True, **run)
@@ -58,10 +70,20 @@ class Planner:
         found.todo = [i for i in found.todo if digest(found.keys[i]) not in self._counted]
         self._counted.update(digest(found.keys[i]) for i in found.todo)
         n, runners, timed = found.examples(), len(found.runners()), len(found.timed())
-        batched = n * (len(found.todo) + 1) if found.todo and found.run["timing_limit"] is not None else 0
+        batched, units = 0, 0.0  # outputs computed in batches, and their cost in vanilla batched outputs
+        if found.todo and found.run["timing_limit"] is not None:
+            spec = {"pair": pair, "task": found.task, "split": found.split, "limit": found.limit, "zoo": "",
+                    "device": found.run["device"], "max_new_tokens": found.run["max_new_tokens"]}
+            c = COST_RATIO[found.task]
+            for e in [{"method": "greedy", "draft": "small"}] + [found.entries[i] for i in found.todo]:
+                key = shard.output_key(spec, e, None, found.run["batch_size"])
+                if key not in self.outputs:
+                    self.outputs.add(key)
+                    batched += n
+                    units += n * {"greedy": 1.0, "small": c}.get(e["method"], 1 + c)
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
-                            "timed": timed, "outputs": batched})
+                            "timed": timed, "outputs": batched, "output_units": units})
         metric = task_metric(found.task)
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
 
@@ -88,17 +110,20 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
             params["registry"] = str((NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
             params.pop("figures", None)
             first = params.pop("pairs", None) or params.pop("pair")
-            start = len(planner.sweeps)
+            start, planner.outputs = len(planner.sweeps), set()  # each notebook runs in a kernel of its own
             study.QUESTIONS[name](first, figures=figures, sweep=planner.sweep, **{**params, "progress": False})
             rows.append({"notebook": name, "sweeps_detail": planner.sweeps[start:]})
     for row in rows:
         sweeps = row["sweeps_detail"]
-        hours = dict.fromkeys(UNITS, 0.0)
+        parts = {u: dict.fromkeys(PARTS, 0.0) for u in UNITS}
         for s in sweeps:
-            decodes = s["decodes"] + s["outputs"] / BATCH_GAIN  # batch-1 timing decodes, batched outputs
-            hours["gpu" if s["task"] in PAPER_TASKS else "cpu"] += decodes * SECONDS_PER_DECODE[s["task"]] / 3600
+            unit, seconds = "gpu" if s["task"] in PAPER_TASKS else "cpu", SECONDS_PER_DECODE[s["task"]]
+            parts[unit]["timing"] += s["decodes"] * seconds / 3600  # batch-1 decodes of the timed examples
+            parts[unit]["outputs"] += s["output_units"] / BATCH_GAIN * seconds / 3600  # outputs in batches
         row.update(sweeps=len(sweeps), decodes=sum(s["decodes"] for s in sweeps),
-                   hours={k: round(v, 2) for k, v in hours.items()})
+                   outputs=sum(s["outputs"] for s in sweeps),
+                   parts={u: {k: round(v, 2) for k, v in p.items()} for u, p in parts.items()},
+                   hours={u: round(sum(p.values()), 2) for u, p in parts.items()})
     return rows
 
 
@@ -114,18 +139,30 @@ def unused(registry: str | Path, read: set[str]) -> list[Path]:
 
 
 def format_plan(rows: list[dict], profile: str) -> str:
-    """The plan as a table: per notebook its sweeps, decodes and hours, GPU and CPU hours in columns of their own."""
+    """The plan as a table: per notebook its sweeps, batch-1 decodes, batched outputs and hours, the timing (batch 1)
+    and output (batched) hours apart, GPU and CPU hours in columns of their own; each sweep below its notebook."""
     units = [u for u in UNITS if any(r["hours"][u] for r in rows)] or (["gpu"] if profile == "paper" else ["cpu"])
-    w = max(len(UNITS[u]) for u in units) + 2
-    lines = [f"{'notebook':<24} {'sweeps':>6} {'decodes to run':>15}" + "".join(f"{UNITS[u]:>{w}}" for u in units)]
+    cols = [(u, part) for u in units for part in (*PARTS, "all")]
+    head = {"gpu": "GPU h", "cpu": "CPU h"}
+
+    def hours(parts: dict, hrs: dict) -> str:
+        return "".join(f"{hrs[u] if part == 'all' else parts[u][part]:>16.2f}" for u, part in cols)
+
+    lines = [f"{'notebook':<24} {'sweeps':>6} {'decodes (batch 1)':>18} {'outputs (batched)':>18}"
+             + "".join(f"{head[u] + ' ' + part.replace('outputs', 'output'):>16}" for u, part in cols)]
     for r in rows:
-        lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>15,}"
-                     + "".join(f"{r['hours'][u]:>{w}.2f}" for u in units))
+        lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>18,} {r['outputs']:>18,}"
+                     + hours(r["parts"], r["hours"]))
         for s in r["sweeps_detail"]:
             batched = f" + {s['outputs']:,} outputs in batches" if s["outputs"] else ""
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
                          f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes"
                          f" at batch 1 on {s['timed']} examples{batched}")
-    lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>15,}"
-                 + "".join(f"{sum(r['hours'][u] for r in rows):>{w}.2f}" for u in units))
+    total = {u: {part: round(sum(r["parts"][u][part] for r in rows), 2) for part in PARTS} for u in UNITS}
+    lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>18,} "
+                 f"{sum(r['outputs'] for r in rows):>18,}"
+                 + hours(total, {u: round(sum(r["hours"][u] for r in rows), 2) for u in UNITS}))
+    lines.append(" · ".join(f"{head[u]}: {UNITS[u]}" for u in units) + "; timing: the protocol at batch 1 on the "
+                 "timed examples; output: every example's output, computed in batches. Per-decode costs and their "
+                 "sources: bildlab/plan.py (SECONDS_PER_DECODE, BATCH_GAIN, COST_RATIO).")
     return "\n".join(lines)

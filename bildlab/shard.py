@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections import OrderedDict
 from functools import lru_cache
 
 import torch
@@ -109,7 +110,9 @@ def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool
     """Every runner's greedy output tokens for the examples `indices`, computed in batches (`batch.generate_batch`,
     token for token the engine's): {runner name: [tokens per index]} for the vanilla large model ("greedy") and each
     policy. Not timed (on the protocol's thread count): outputs for quality, on whole splits; the protocol times a
-    sample at batch 1 (`time_shard`). `progress`: a bar over the runners."""
+    sample at batch 1 (`time_shard`). An output this process already computed (the vanilla model's in every sweep of
+    a split, a policy's in a second timing pass) is taken from memory (`_OUTPUTS`). `progress`: a bar over the
+    runners."""
     from .batch import generate_batch
 
     pairs, xs = _models_and_inputs(spec, indices)
@@ -122,12 +125,34 @@ def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool
     with timing.fixed_threads(spec["threads"]):
         for name in names:
             e = spec["entries"][int(name[6:])] if name != "greedy" else {"method": "greedy", "draft": "small"}
-            q = pairs.get(e["draft"], p)
-            if e["method"] in ("greedy", "small"):
-                outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
-                                      batch_size=batch_size)
-            else:
-                outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
-                                      **_policy_kwargs(e))
-            out[name] = [o.tokens for o in outs]
+            key = output_key(spec, e, indices, batch_size)
+            if key not in _OUTPUTS:
+                q = pairs.get(e["draft"], p)
+                if e["method"] in ("greedy", "small"):
+                    outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
+                                          batch_size=batch_size)
+                else:
+                    outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
+                                          **_policy_kwargs(e))
+                _OUTPUTS[key] = [o.tokens for o in outs]
+                while len(_OUTPUTS) > OUTPUTS_KEPT:
+                    _OUTPUTS.popitem(last=False)
+            out[name] = _OUTPUTS[key]
     return out
+
+
+OUTPUTS_KEPT = 256  # runners' batched outputs kept in memory (a toy one: 1,000 short token lists)
+_OUTPUTS: OrderedDict[tuple, list[list[int]]] = OrderedDict()
+
+
+def output_key(spec: dict, e: dict, indices: list[int] | None, batch_size: int) -> tuple:
+    """What a runner's batched outputs are a function of: the examples, the model(s), the policy and the batch size
+    (the large model alone is the same in every draft's pair; the timing pass and protocol do not enter)."""
+    if e["method"] == "greedy":
+        model = ("large",)
+    elif e["method"] == "small":
+        model = ("small", e["draft"])
+    else:
+        model = (e["draft"],) + tuple(sorted(_policy_kwargs(e).items()))
+    return (spec["pair"], spec["task"], spec["split"], spec["limit"], spec["zoo"], str(spec["device"]),
+            spec["max_new_tokens"], batch_size, None if indices is None else tuple(indices)) + model

@@ -219,7 +219,8 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     planner = plan.Planner()
     records = planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
     assert planner.sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
-                               "to_run": 3, "decodes": 6 * (3 + 2), "timed": 6, "outputs": 0}]  # the policies,
+                               "to_run": 3, "decodes": 6 * (3 + 2), "timed": 6, "outputs": 0,
+                               "output_units": 0.0}]  # the policies,
     # the vanilla loop and HF generate, on every example
     assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
     monkeypatch.setattr(shard, "load", real_pair)
@@ -279,6 +280,49 @@ def test_timing_limit_scores_every_example_from_batched_outputs_and_times_a_samp
         sm.compare(runs[1], whole[1])
 
 
+def test_a_notebooks_batched_outputs_are_computed_once_and_planned_once(fake_zoo, tmp_path, monkeypatch):
+    """The vanilla model's outputs are the same in every sweep of a split, a policy's in every timing pass: one
+    process computes them once (`shard.outputs`), and the plan counts them once per notebook, at their stated cost."""
+    from bildlab import batch, plan
+
+    grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "small"}]
+    made = []
+    real = batch.generate_batch
+    monkeypatch.setattr(batch, "generate_batch", lambda *a, **kw: made.append(kw.get("method", "greedy")) or real(*a, **kw))
+    one = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, **FAST)
+    assert sorted(made) == ["bild", "greedy", "greedy"]  # vanilla, the policy, the small model alone
+    two = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, timing_pass=2, **FAST)
+    three = ev.sweep("toy-mt", [{"fallback": 0.5, "rollback": 2.0}], registry=tmp_path, timing_limit=3,
+                     batch_size=4, **FAST)
+    assert sorted(made) == ["bild", "bild", "greedy", "greedy"]  # only the new policy was computed again
+    assert [e["output"] for e in two[0]["examples"]] == [e["output"] for e in one[0]["examples"]]
+    assert two[0]["timed_identical"] == 3 and three[0]["timed_identical"] == 3  # its batch-1 runs still checked
+    planner = plan.Planner()
+    for pass_, g in ((1, grid), (2, grid), (1, [{"fallback": 0.5, "rollback": 2.0}])):
+        planner.sweep("toy-mt", g, registry=tmp_path / "empty", timing_limit=3, batch_size=4, timing_pass=pass_,
+                      **FAST)
+    c = plan.COST_RATIO["toy-mt"]
+    assert [s["outputs"] for s in planner.sweeps] == [6 * 3, 0, 6]
+    assert [s["output_units"] for s in planner.sweeps] == pytest.approx([6 * (1 + (1 + c) + c), 0, 6 * (1 + c)])
+    assert [s["decodes"] for s in planner.sweeps] == [3 * 4, 3 * 4, 3 * 3]  # batch 1: the timed examples only
+
+
+def test_a_batched_output_that_differs_from_batch_1_is_counted_and_reported(fake_zoo, tmp_path, monkeypatch):
+    from bildlab import batch
+
+    real = batch.generate_batch
+
+    def off_by_one(*a, **kw):  # a planted bug: the first example's batched output loses its last token
+        outs = real(*a, **kw)
+        outs[0].tokens = outs[0].tokens[:-1]
+        return outs
+
+    monkeypatch.setattr(batch, "generate_batch", off_by_one)
+    with pytest.warns(UserWarning, match="1 of 6 timed examples' batch-1 outputs differ from the batched ones"):
+        (run,) = ev.sweep("toy-mt", [{"fallback": 0.4}], registry=tmp_path, timing_limit=6, batch_size=4, **FAST)
+    assert run["timed_identical"] == 5 and run["timed"] == list(range(6))
+
+
 def test_timing_limit_refuses_what_batches_cannot_give(fake_zoo, tmp_path):
     for entry, match in (({"method": "hf_assisted"}, "needs timing_limit=None"),
                          ({"method": "speculative", "do_sample": True}, "needs timing_limit=None")):
@@ -295,9 +339,25 @@ def test_a_notebooks_timing_limit_is_checked_before_anything_runs():
 
     check_params({"timing_limit": None})
     check_params({"timing_limit": 300})
-    for bad in (0, -3, 2.5, True, "300"):
-        with pytest.raises(ParameterError, match="timing_limit must be None or an integer >= 1"):
-            check_params({"timing_limit": bad})
+    check_params({"pairs": ["toy-mt", "toy-sum"], "timing_limit": {"toy-mt": 300, "toy-sum": 500},
+                  "val_timing_limit": 200, "batch_size": 256})
+    for name in ("timing_limit", "val_timing_limit"):
+        for bad in (0, -3, 2.5, True, "300", {"toy-mt": 0}):
+            with pytest.raises(ParameterError, match=f"{name} must be None, an integer >= 1 or a dict of them"):
+                check_params({name: bad})
+    with pytest.raises(ParameterError, match="timing_limit gives no size for pair\\(s\\) toy-sum"):
+        check_params({"pairs": ["toy-mt", "toy-sum"], "timing_limit": {"toy-mt": 300}})
+    with pytest.raises(ParameterError, match="batch_size must be an integer >= 1; got 0"):
+        check_params({"batch_size": 0})
+
+
+def test_a_timed_sample_per_pair(fake_zoo, tmp_path):
+    """timing_limit given per pair ({pair: size}, like limit) resolves to the pair's own sample."""
+    run = {k: v for k, v in FAST.items() if k != "progress"}
+    found = ev.lookup("toy-mt", [{}], registry=tmp_path, timing_limit={"toy-mt": 2, "toy-sum": 5}, **run)
+    assert found.keys[0]["timing_limit"] == 2 and len(found.timed()) == 2
+    with pytest.raises(ValueError, match="timing_limit gives no value for pair 'toy-mt'"):
+        ev.lookup("toy-mt", [{}], registry=tmp_path, timing_limit={"toy-sum": 5}, **run)
 
 
 KILLED = """

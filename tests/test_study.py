@@ -294,7 +294,7 @@ def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
     result = study.rq5(("toy-mt", "toy-sum"), fallbacks=[0.5, 0.9], rollbacks=[3.0], val_limit=20,
                        limit={"toy-mt": 20, "toy-sum": 30}, figures=str(tmp_path))
     mt, summ = result.answer.split("On toy-mt (N = 20): ")[1].split(" On toy-sum (N = 30): ")  # each task's own N
-    assert "N = 20 (toy-mt), 30 (toy-sum)" in result.figure.axes[0].get_title()
+    assert "N = 20 (toy-mt), N = 30 (toy-sum)" in result.figure.axes[0].get_title()
     # rows of one small model that chose the same policy are named together, once
     assert "unaligned lossless = unaligned no loss (rb, fb) = (3.0, 0.9): 1.40x [1.35, 1.45] and 1.40x" in mt
     assert mt.count("(3.0, 0.9)") == 2 and "aligned lossless = aligned no loss (rb, fb) = (3.0, 0.9)" in mt
@@ -344,7 +344,7 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
     assert [(s["policies"], s["to_run"]) for s in val["rq4_early_exit"]] == [(32, 16), (32, 16)]
     assert [(s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(0, 0), (0, 0)]
     text = plan.format_plan(rows, "toy")
-    assert "CPU hours" in text and "total" in text.splitlines()[-1]
+    assert "CPU hours" in text and text.splitlines()[-2].startswith("total") and "COST_RATIO" in text.splitlines()[-1]
 
 
 @pytest.mark.parametrize("params, words", [({"executor": "spark"}, ["executor", "'local'"]),
@@ -479,3 +479,23 @@ def test_the_readme_table_is_regenerated_from_the_committed_registry(tmp_path, m
     table = runner.results_table(tmp_path / "rq5_main_table.json")
     assert f"{runner.START}\n{table}\n{runner.END}" in (runner.ROOT / "README.md").read_text()
     assert (tmp_path / "rq5_main_table.json").read_text() == (runner.ROOT / "figures" / "rq5_main_table.json").read_text()
+
+
+@pytest.mark.slow
+def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
+    """The paper profile's defaults (quality on whole validation splits, the protocol on timed samples) plan at most
+    60 T4-hours under the costs bildlab/plan.py states, timing and outputs apart; nothing loads."""
+    from bildlab import plan, shard
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
+    rows = plan.plan("paper")
+    gpu = {part: sum(r["parts"]["gpu"][part] for r in rows) for part in plan.PARTS}
+    assert 0 < gpu["timing"] and 0 < gpu["outputs"] and sum(gpu.values()) <= 60
+    assert sum(r["hours"]["gpu"] for r in rows) == pytest.approx(sum(gpu.values()), abs=0.05)
+    rq5 = next(r for r in rows if r["notebook"] == "rq5_main_table")
+    tests = [s for s in rq5["sweeps_detail"] if s["to_run"] and s["outputs"] == 0]
+    assert tests  # the second timing pass of a row: its outputs are the first pass's (computed once)
+    text = plan.format_plan(rows, "paper")
+    assert "GPU h timing" in text and "GPU h output" in text and "BATCH_GAIN" in text

@@ -47,18 +47,30 @@ def _policy(record: dict) -> str:
     return key["method"]
 
 
+def _n(summary: dict) -> str:
+    """A record's sizes for an answer or a title: 'N = 1000', or 'N = 1000, 300 timed' where speed comes from a timed
+    sample and quality from every example."""
+    timed = summary.get("timed_examples")
+    return f"N = {summary['examples']}" + (f", {timed} timed" if timed is not None else "")
+
+
 def _cells(record: dict) -> dict:
-    """A record's numbers with their 95% intervals, as table cells (N stands in every row)."""
+    """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N where speed comes from
+    a timed sample)."""
     s = record["summary"]
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
-    return {"N": s["examples"], metric: sm.fmt(s["score"], s["score_ci"]),
+    return {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
+            metric: sm.fmt(s["score"], s["score_ci"]),
             f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
             "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
             "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
             "large-model share": None if s["small_share"] is None else round(1 - s["small_share"], 3),
             "tokens / large call": s["mean_accepted"],
-            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}"}
+            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}",
+            # outputs computed in batches: on the timed examples, the batch-1 outputs must equal them
+            **({"batch-1 = batched (timed)": f"{record['timed_identical']}/{len(record['timed'])}"}
+               if "timed" in record else {})}
 
 
 def _point(record: dict, label: str = "") -> dict:
@@ -156,10 +168,10 @@ def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val
     plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
                                               for r in sm.pareto(rs)]
                          for label, rs in by.items()}, metric=metric,
-                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, N = {s0['examples']})", ax=ax)
+                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, {_n(s0)})", ax=ax)
     test = _on_test(pair, best, sweep, **run)
-    n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
-    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} (N = {s0['examples']}), "
-              f"reported on {run.get('split', 'test')} (N = {n_test})")
+    n_test = next((_n(t["summary"]) for t in test.values() if t), "N = 0")
+    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({_n(s0)}), "
+              f"reported on {run.get('split', 'test')} ({n_test})")
     return {"rows": rows, "best": test, "by": by, "within": within,
             "records": recs + [t for t in test.values() if t]}

@@ -6,7 +6,7 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import Result, _frame, _policy, _cells, _speed, _pairs, _speedup
+from .common import Result, _frame, _policy, _cells, _speed, _pairs, _speedup, _n
 
 
 def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollback: float = 3.0,
@@ -22,7 +22,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         records += recs
         small, bild = recs[0], recs[1:]
         s0 = small["summary"]
-        sizes[pair] = s0["examples"]
+        sizes[pair] = _n(s0)
         rows.append({"pair": pair, "policy": "large model alone (vanilla)", "N": s0["examples"],
                      METRIC_NAMES[s0["metric"]]: sm.fmt(s0["baseline_score"], s0["baseline_score_ci"]),
                      "large-model share": 1.0, "gap closed": "100%"})
@@ -45,7 +45,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
         {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]
     fig = plots.speed_quality(points, metric="small-to-large quality gap closed (%)", baseline=100.0,
-                              title=f"BiLD over fallback thresholds (rollback {rollback:g}), N = "
+                              title=f"BiLD over fallback thresholds (rollback {rollback:g}), "
                                     + ", ".join(f"{n} ({pair})" for pair, n in sizes.items()),
                               xlabel="large model's share of the output tokens", reference=None, xlim=(-0.05, 1.05))
     plots.save(fig, "rq1_token_share", figures)
@@ -54,7 +54,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         mid, share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
         closes = (f"BiLD closes {sm.fmt_gap(gap, gap_ci)} of the small-to-large gap at {_speed(mid)}" if gap == gap
                   else f"BiLD runs at {_speed(mid)}, with {sm.fmt_gap(gap, gap_ci)}")  # NaN: no gap
-        parts.append(f"on {pair} (N = {mid['summary']['examples']}), at fallback {head['fallback']:g} the small model "
+        parts.append(f"on {pair} ({_n(mid['summary'])}), at fallback {head['fallback']:g} the small model "
                      f"writes {share:.0%} of the tokens and {closes}")
     most = [h["small_share"] >= 0.5 for h in headline.values()]
     verdict = "Yes" if all(most) else "No" if not any(most) else "On some pairs"

@@ -6,7 +6,7 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair, _speedup
+from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair, _speedup, _n
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
@@ -36,14 +36,14 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
                              for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
                             front=[_point(r) for r in front], ax=ax,
-                            title=f"{pair}: fallback x rollback ({val_split}, N = {s0['examples']})")
+                            title=f"{pair}: fallback x rollback ({val_split}, {_n(s0)})")
         both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
         test = _on_test(pair, best, sweep, **run)
         vs = {kind: _versus(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
               for kind in ("fallback only", "rollback only")}
-        n_test = next((t["summary"]["examples"] for t in test.values() if t), None)
+        n_test = next((_n(t["summary"]) for t in test.values() if t), "N = 0")
         answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
-                  f"{val_split} (N = {s0['examples']}), reported on {run.get('split', 'test')} (N = {n_test}): "
+                  f"{val_split} ({_n(s0)}), reported on {run.get('split', 'test')} ({n_test}): "
                   + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
                   + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
                   f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "

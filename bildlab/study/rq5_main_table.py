@@ -10,7 +10,7 @@ from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
 from ..models import task_of
-from .common import Result, _frame, _cells, _grid, _val, _pairs
+from .common import Result, _frame, _cells, _grid, _val, _pairs, _n
 
 
 # The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
@@ -108,6 +108,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                 head[row] = {"score": s["score"], "delta": s["delta"], "delta_ci": s["delta_ci"],
                              "speedup_hf": s["speedup_hf"], "speedup_hf_ci": s["speedup_hf_ci"],
                              "identical": s["identical_count"], "examples": s["examples"],
+                             "timed": s.get("timed_examples", s["examples"]),
                              "speedups": [r["summary"]["speedup"] for r in runs],
                              "speedup_cis": [r["summary"]["speedup_ci"] for r in runs],
                              "policy": (chosen[row]["rollback"], chosen[row]["fallback"])}
@@ -124,11 +125,12 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                    for r in ROWS[1:]]
             speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
                                 for r in ROWS[1:]]
-    n_test = {pair: next((h["examples"] for h in hp.values() if "examples" in h), None)
+    n_test = {pair: next((_n({"examples": h["examples"], "timed_examples": h["timed"] if h["timed"] < h["examples"]
+                              else None}) for h in hp.values() if "examples" in h), "N = 0")
               for pair, hp in headline.items()}
     fig = plots.bars(list(ROWS[1:]), speed_series, cis=speed_cis, reference=1.0,
                      ylabel="speedup over the vanilla large model (x)",
-                     title="BiLD main table: policies chosen on validation, test N = "
+                     title="BiLD main table: policies chosen on validation, test "
                            + ", ".join(f"{n} ({pair})" for pair, n in n_test.items()))
     plots.save(fig, "rq5_main_table", figures)
     _save_table(headline, passes, figures)
@@ -148,7 +150,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
             names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
             parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
-        answers.append(f"On {pair} (N = {n_test[pair]}): " + "; ".join(parts) + "." if parts else
+        answers.append(f"On {pair} ({n_test[pair]}): " + "; ".join(parts) + "." if parts else
                        f"On {pair} no BiLD policy qualifies on {val_split}.")
     answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (speedups of {passes} "
               f"independent timing passes). " + " ".join(answers))
