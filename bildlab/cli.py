@@ -95,6 +95,8 @@ def _registry(args) -> int:
         if args.migrate:
             print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
             print(f"{root}: {Registry(root).compact()} records stored as columns, each sweep's vanilla runs once")
+        if args.compact:
+            print(f"{root}: {Registry(root).compact()} records rewritten in the current storage (values unchanged; seconds to the nanosecond)")
         if args.unused or args.prune:
             from .plan import Planner, plan, unused
 
@@ -182,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--unused", action="store_true",
                       help="list the records that no notebook with its stored parameters reads")
     what.add_argument("--prune", action="store_true", help="remove those records (listed as they go)")
+    what.add_argument("--compact", action="store_true",
+                      help="rewrite every record in the current storage (same values, fewer bytes)")
     registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
                           help="the notebooks' parameters that --unused and --prune read with (default: toy)")
     registry.set_defaults(run=_registry)

@@ -69,14 +69,18 @@ def _well_formed(record, key: dict | None = None) -> str | None:
 
 
 def _columns(rows: list[dict], fields: list[str]) -> dict:
-    """Rows as columns, {field: [value per row]}; a field whose rows all hold dicts with the same keys (stats) as
-    {"columns": {key: [value per row]}} in turn."""
+    """Rows as columns, {field: [value per row]}; a field whose rows hold dicts with the same keys (stats) as
+    {"columns": {key: [value per row that has one]}} in turn, with "has": a string of 1 and 0 where some rows have
+    none (None, e.g. the examples a timed sample left out)."""
     out = {}
     for f in fields:
         values = [r[f] for r in rows]
-        first = values[0]
-        if isinstance(first, dict) and first and all(isinstance(v, dict) and list(v) == list(first) for v in values):
-            out[f] = {"columns": {k: [v[k] for v in values] for k in first}}
+        dicts = [v for v in values if v is not None]
+        first = dicts[0] if dicts else None
+        if isinstance(first, dict) and first and all(isinstance(v, dict) and list(v) == list(first) for v in dicts):
+            out[f] = {"columns": {k: [v[k] for v in dicts] for k in first}}
+            if len(dicts) < len(values):
+                out[f]["has"] = "".join("0" if v is None else "1" for v in values)
         else:
             out[f] = values
     return out
@@ -84,11 +88,54 @@ def _columns(rows: list[dict], fields: list[str]) -> dict:
 
 def _rows(n: int, fields: list[str], columns: dict) -> list[dict]:
     """The inverse of `_columns`."""
-    cols = {f: ([dict(zip(c["columns"], vals)) for vals in zip(*c["columns"].values())] if isinstance(c, dict) else c)
-            for f, c in columns.items()}
+    cols = {}
+    for f, c in columns.items():
+        if isinstance(c, dict):
+            dicts = iter([dict(zip(c["columns"], vals)) for vals in zip(*c["columns"].values())])
+            c = [next(dicts) if has == "1" else None for has in c.get("has", "1" * n)]
+        cols[f] = c
     if any(len(c) != n for c in cols.values()):
         raise ValueError("a column has another length than the examples")
     return [{f: cols[f][i] for f in fields} for i in range(n)]
+
+
+def _pack(columns: dict) -> dict:
+    """Columns as stored: a column of booleans (None allowed) as one string of 1, 0 and -, one of integers 0-9 (the
+    machine index; None allowed) as a string of digits and -, one of seconds (a field named ...seconds) as whole
+    nanoseconds ({"ns": [...]}; the harness keeps seconds to the nanosecond, `evaluate.ns`); the rest as they are.
+    Stats columns in turn."""
+    out = {}
+    for f, c in columns.items():
+        if isinstance(c, dict) and "columns" in c:
+            out[f] = {**c, "columns": _pack(c["columns"])}
+        elif not isinstance(c, list) or all(v is None for v in c):
+            out[f] = c
+        elif f.endswith("seconds") and all(v is None or type(v) is float for v in c):
+            out[f] = {"ns": [None if v is None else round(v * 1e9) for v in c]}
+        elif all(v is None or isinstance(v, bool) for v in c):
+            out[f] = {"bools": "".join("-" if v is None else "1" if v else "0" for v in c)}
+        elif all(v is None or (type(v) is int and 0 <= v <= 9) for v in c):
+            out[f] = {"digits": "".join("-" if v is None else str(v) for v in c)}
+        else:
+            out[f] = c
+    return out
+
+
+def _unpack(columns: dict) -> dict:
+    """The inverse of `_pack` (a record written before it was: its columns as they are)."""
+    out = {}
+    for f, c in columns.items():
+        if isinstance(c, dict) and "columns" in c:
+            out[f] = {**c, "columns": _unpack(c["columns"])}
+        elif isinstance(c, dict) and "ns" in c:
+            out[f] = [None if v is None else v / 1e9 for v in c["ns"]]
+        elif isinstance(c, dict) and "bools" in c:
+            out[f] = [None if ch == "-" else ch == "1" for ch in c["bools"]]
+        elif isinstance(c, dict) and "digits" in c:
+            out[f] = [None if ch == "-" else int(ch) for ch in c["digits"]]
+        else:
+            out[f] = c
+    return out
 
 
 class Registry:
@@ -127,13 +174,13 @@ class Registry:
         else:
             sweep = (record.get("protocol") or {}).get("sweep")
             shared = [f for f in SHARED if f in fields] if sweep else []
-            if shared and not self._share(sweep, _columns(rows, shared), len(rows)):
+            if shared and not self._share(sweep, _pack(_columns(rows, shared)), len(rows)):
                 shared = []
             columns = _columns(rows, [f for f in fields if f not in shared])
             if {"output", "identical", "baseline_output"} <= set(fields):  # an output identical to vanilla's: once
                 columns["output"] = [None if same else o for o, same in zip(columns["output"], columns["identical"])]
             packed = {"n": len(rows), "fields": fields, "sweep_columns": sweep if shared else None,
-                      "columns": columns}
+                      "columns": _pack(columns)}
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps({**record, "examples": packed}, separators=(",", ":")))
         return path
@@ -158,12 +205,12 @@ class Registry:
         record = json.loads(path.read_text())
         if isinstance(record, dict) and isinstance(record.get("examples"), dict):
             packed = record["examples"]
-            columns = dict(packed["columns"])
+            columns = _unpack(packed["columns"])
             if packed.get("sweep_columns"):
                 shared = json.loads(self._sweep_path(packed["sweep_columns"]).read_text())
                 if shared["n"] != packed["n"]:
                     raise ValueError("its sweep's file holds another number of examples")
-                columns.update(shared["columns"])
+                columns.update(_unpack(shared["columns"]))
             if {"output", "identical", "baseline_output"} <= set(packed["fields"]):
                 columns["output"] = [b if same else o for o, same, b in
                                      zip(columns["output"], columns["identical"], columns["baseline_output"])]
@@ -178,17 +225,29 @@ class Registry:
         return sorted((self.root / ".sweeps").glob("*.json"))
 
     def compact(self) -> int:
-        """Rewrite records stored as rows (bildlab <= 0.2) as columns, the vanilla runs once per sweep; returns how
-        many were rewritten (the values are the same)."""
+        """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an earlier packing):
+        columns, the vanilla runs once per sweep, booleans and machine indices as strings. Returns how many record
+        files changed (their values stay the same). Each file is replaced whole; the sweeps' files first, which
+        records of either packing read."""
+        for path in self.sweep_files():
+            try:
+                shared = json.loads(path.read_text())
+                packed = {"n": shared["n"], "columns": _pack(_unpack(shared["columns"]))}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if packed != shared:
+                with atomic_path(path) as tmp:
+                    tmp.write_text(json.dumps(packed, separators=(",", ":")))
         done = 0
         for path in self.files():
             try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
+                before = path.read_bytes()
+                record = self._read(path)
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
             if _well_formed(record) is None and self.path(record["key"]) == path:
                 self.put(record["key"], record)
-                done += 1
+                done += path.read_bytes() != before
         return done
 
     def records(self) -> list[dict]:

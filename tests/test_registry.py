@@ -215,6 +215,35 @@ def test_records_are_stored_as_columns_with_each_sweeps_vanilla_runs_once(fake_z
     assert [e["output"] for e in again[0]["examples"]] == [e["output"] for e in made[0]["examples"]]
 
 
+def test_a_timed_samples_record_is_stored_compactly_and_an_earlier_packing_still_reads(fake_zoo, tmp_path):
+    """Stats of a timed sample (None on the untimed examples) as columns, booleans and machine indices as strings;
+    a record written in the earlier packing (plain lists) reads the same and `compact` rewrites it."""
+    reg = registry.Registry(tmp_path / "results")
+    made = ev.sweep("toy-mt", [{"fallback": 0.3}, {"method": "small"}], registry=reg, timing_limit=3, batch_size=4,
+                    **FAST)
+    for r in made:
+        stored = json.loads(reg.path(r["key"]).read_text())["examples"]["columns"]
+        assert stored["stats"]["has"] == "".join("1" if i in r["timed"] else "0" for i in range(6))
+        stats = registry._unpack(stored["stats"]["columns"])
+        assert all(len(c) == 3 for c in stats.values())  # the timed examples' stats only
+        assert all(isinstance(v, int) for v in stored["stats"]["columns"]["large_seconds"]["ns"])  # nanoseconds
+        assert set(stored["identical"]) == {"bools"} and len(stored["identical"]["bools"]) == 6
+        assert stored["machine"] == {"digits": "".join("0" if i in r["timed"] else "-" for i in range(6))}
+        assert reg.get(r["key"]) == r
+    (sweep,) = reg.sweep_files()
+    assert set(json.loads(sweep.read_text())["columns"]["baseline_truncated"]) == {"bools"}
+    # the packing before this one: plain lists everywhere, the sweep's file too
+    for path in reg.files() + [sweep]:
+        data = json.loads(path.read_text())
+        cols = data["examples"]["columns"] if "examples" in data else data["columns"]
+        cols.update(registry._unpack(cols))
+        path.write_text(json.dumps(data))
+    assert [reg.get(r["key"]) for r in made] == made
+    assert reg.compact() == 2 and reg.compact() == 0
+    assert [reg.get(r["key"]) for r in made] == made
+    assert "bools" in json.loads(sweep.read_text())["columns"]["baseline_truncated"]
+
+
 def test_a_sweeps_columns_that_no_record_uses_are_unused(fake_zoo, tmp_path):
     reg = tmp_path / "results"
     made = ev.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
