@@ -96,7 +96,8 @@ def _registry(args) -> int:
             print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
             print(f"{root}: {Registry(root).compact()} records stored as columns, each sweep's vanilla runs once")
         if args.compact:
-            print(f"{root}: {Registry(root).compact()} records rewritten in the current storage (values unchanged; seconds to the nanosecond)")
+            n = Registry(root).compact()
+            print(f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)")
         if args.unused or args.prune:
             from .plan import Planner, plan, unused
 

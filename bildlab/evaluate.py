@@ -413,12 +413,13 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
             tokens = batched[f"policy{n}"][i] if batched else r["tokens"]
             base_tokens = batched[base][i] if batched else b["tokens"]
             same += bool(timed) and r["tokens"] == tokens and b["tokens"] == base_tokens
-            rows.append({"output": p.decode(tokens), "tokens": len(tokens), "seconds": ns(r["seconds"]) if r else None,
-                         "stats": ns(r["stats"]) if r else None, "truncated": truncated(tokens, mnt, eos),
+            rows.append({"output": p.decode(tokens), "tokens": len(tokens),
+                         "seconds": timing.ns(r["seconds"]) if r else None,
+                         "stats": timing.ns(r["stats"]) if r else None, "truncated": truncated(tokens, mnt, eos),
                          "baseline_output": p.decode(base_tokens), "baseline_tokens": len(base_tokens),
-                         "baseline_seconds": ns(b["seconds"]) if b else None,
+                         "baseline_seconds": timing.ns(b["seconds"]) if b else None,
                          "baseline_truncated": truncated(base_tokens, mnt, eos), "identical": tokens == base_tokens,
-                         "hf_seconds": ns(h["seconds"]) if h else None,
+                         "hf_seconds": timing.ns(h["seconds"]) if h else None,
                          "hf_identical": h["tokens"] == base_tokens if h else None,
                          "machine": machines.index(where[i]) if timed else None})
         timed_rows = {"timed": sorted(done), "timed_identical": same} if batched else {}
@@ -432,14 +433,6 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                                      "interleaved_with": names, "sweep": sweep},
                         "machines": machines, "examples": rows})
     return records
-
-
-def ns(x):
-    """Seconds to the nanosecond, the clock's resolution (digits beyond it are float noise; the registry stores whole
-    nanoseconds); in a stats dict, every value whose name ends in 'seconds'."""
-    if isinstance(x, dict):
-        return {k: ns(v) if k.endswith("seconds") and v is not None else v for k, v in x.items()}
-    return round(x * 1e9) / 1e9
 
 
 def _label(e: dict) -> str:

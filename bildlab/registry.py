@@ -102,7 +102,7 @@ def _rows(n: int, fields: list[str], columns: dict) -> list[dict]:
 def _pack(columns: dict) -> dict:
     """Columns as stored: a column of booleans (None allowed) as one string of 1, 0 and -, one of integers 0-9 (the
     machine index; None allowed) as a string of digits and -, one of seconds (a field named ...seconds) as whole
-    nanoseconds ({"ns": [...]}; the harness keeps seconds to the nanosecond, `evaluate.ns`); the rest as they are.
+    nanoseconds ({"ns": [...]}; the harness keeps seconds to the nanosecond, `timing.ns`); the rest as they are.
     Stats columns in turn."""
     out = {}
     for f, c in columns.items():

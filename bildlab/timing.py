@@ -57,6 +57,14 @@ def _check_threads(threads) -> None:
         raise ValueError(f"threads must be None or an integer >= 1; got {threads!r}")
 
 
+def ns(x):
+    """Seconds to the nanosecond, the clock's resolution (digits beyond it are float noise; the registry stores whole
+    nanoseconds); in a stats dict, every value whose name ends in 'seconds'."""
+    if isinstance(x, dict):
+        return {k: ns(v) if k.endswith("seconds") and v is not None else v for k, v in x.items()}
+    return round(x * 1e9) / 1e9
+
+
 def check(threads, repeats, warmup) -> None:
     _check_threads(threads)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:

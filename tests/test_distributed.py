@@ -13,7 +13,7 @@ import pytest
 
 from bildlab import distributed, tasks
 from bildlab import evaluate as ev
-from bildlab import shard
+from bildlab import shard, timing
 from bildlab.registry import Registry
 from bildlab.summary import summarize
 
@@ -141,7 +141,7 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_ru
     for n, r in enumerate(runs):
         assert len(r["examples"]) == 6
         for i in first:  # the finished shard's timings are kept, not redone
-            assert r["examples"][i]["seconds"] == first[i][f"policy{n}"]["seconds"]
+            assert r["examples"][i]["seconds"] == timing.ns(first[i][f"policy{n}"]["seconds"])  # to the ns
     assert not (reg / ".partial").exists()
     local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
     assert [untimed(r) for r in runs] == [untimed(r) for r in local]
