@@ -37,9 +37,9 @@ SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5
 # Output hours (`timing_limit`: quality on every example, outputs in batches): a batched output of the large model
 # costs 1 / BATCH_GAIN of a vanilla decode; the small model's alone c / BATCH_GAIN; a draft-and-verify policy's
 # (1 + c) / BATCH_GAIN, since the lockstep engine runs both models at every position. BATCH_GAIN: the vanilla toy-mt
-# T5 at batch 64 against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread
-# (`python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128 --batch-sizes 64`; BiLD fb 0.5
-# rb 3 there: 10.0x, consistent with 1 + c). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
+# T5 at batch 64 against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread (measured
+# with a one-off script making the calls that `python benchmarks/bench_batch.py --n 1000 --split validation
+# --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
 # kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the small model's
 # decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large
 # 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the translations); toy pairs 0.3 (RQ4's measured 0.23-0.29).
