@@ -39,7 +39,8 @@ SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5
 # (1 + c) / BATCH_GAIN, since the lockstep engine runs both models at every position. BATCH_GAIN: the vanilla toy-mt
 # T5 at batch 64 against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread (measured
 # with a one-off script making the calls that `python benchmarks/bench_batch.py --n 1000 --split validation
-# --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
+# --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). Not
+# measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
 # kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the small model's
 # decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large
 # 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the translations); toy pairs 0.3 (RQ4's measured 0.23-0.29).
@@ -49,7 +50,7 @@ BATCH_GAIN = 18.0
 COST_RATIO = {"cnn_dailymail": 0.175, "xsum": 0.175, "iwslt2017-de-en": 0.34, "wmt14-de-en": 0.34,
               "toy-mt": 0.3, "toy-sum": 0.3}
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
-PARTS = {"timing": "timing (batch 1)", "outputs": "outputs (batched)"}
+PARTS = ("timing", "outputs")  # batch-1 decodes of the timed examples; every output in batches
 
 
 class Planner:

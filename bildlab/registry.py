@@ -226,8 +226,9 @@ class Registry:
 
     def compact(self) -> int:
         """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an earlier packing):
-        columns, the vanilla runs once per sweep, booleans and machine indices as strings. Returns how many record
-        files changed (their values stay the same). Each file is replaced whole; the sweeps' files first, which
+        columns, the vanilla runs once per sweep, booleans and machine indices as strings, seconds as whole
+        nanoseconds. Returns how many record files changed (values unchanged, seconds to the nanosecond). Each file
+        is replaced whole; the sweeps' files first, which
         records of either packing read."""
         for path in self.sweep_files():
             try:

@@ -6,7 +6,8 @@ from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
-from .common import INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair, _speedup, _n
+from .common import (INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair,
+                     _speedup, _n)
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
