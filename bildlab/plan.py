@@ -130,13 +130,17 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
 
 def unused(registry: str | Path, read: set[str]) -> list[Path]:
     """The record files of `registry` whose key is not among `read` (a `Planner.read` after a plan of every notebook:
-    what no notebook with its stored parameters reads), and the sweeps' shared columns that no other record uses."""
+    what no notebook with its stored parameters reads), the sweeps' shared columns and the outputs' files that no other
+    record uses."""
     reg = Registry(registry)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a corrupt file is unused too
         kept = [r for r in reg.records() if digest(r["key"]) in read]
     paths, sweeps = {reg.path(r["key"]) for r in kept}, {(r.get("protocol") or {}).get("sweep") for r in kept}
-    return [p for p in reg.files() if p not in paths] + [p for p in reg.sweep_files() if p.stem not in sweeps]
+    kept_sweeps = [p for p in reg.sweep_files() if p.stem in sweeps]
+    outputs = reg.outputs_read(sorted(paths) + kept_sweeps)
+    return ([p for p in reg.files() if p not in paths] + [p for p in reg.sweep_files() if p.stem not in sweeps]
+            + [p for p in reg.output_files() if p.stem not in outputs])
 
 
 def format_plan(rows: list[dict], profile: str) -> str:

@@ -5,10 +5,11 @@ protocol, model and data hashes); the library versions it was made with are prov
 (`versions`), not in the key: the committed study replays under other releases, and `recompute` asks for new records.
 A record is written atomically and reused, so a rerun is instant; anything in the registry that is not a well-formed
 record (truncated, not an object, a key that is not its file's) is reported and recomputed. On disk a record's
-examples are columns, the vanilla runs of its sweep are stored once for all its records (`.sweeps/`), and an output
-identical to vanilla's is not stored again; `get` gives back the rows exactly as they were put. A sweep in progress
-keeps its finished examples in a checkpoint next to the records (`.partial/`), so an interrupted sweep resumes from
-its last finished example.
+examples are columns, the vanilla runs of its sweep are stored once for all its records (`.sweeps/`), an output
+identical to vanilla's is not stored again, and a column of outputs is stored once by its content (`.outputs/`: the
+vanilla outputs of a split are the same in every sweep over it); `get` gives back the rows exactly as they were put.
+A sweep in progress keeps its finished examples in a checkpoint next to the records (`.partial/`), so an interrupted
+sweep resumes from its last finished example.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OLD_KEY_FIELDS = ("bildlab", "torch", "transformers")  # versions that keys held
 # Per-example fields of a sweep's vanilla runs (the large model alone, transformers' generate): the same in every
 # record of the sweep, so stored once, in <root>/.sweeps/<sweep>.json
 SHARED = ("baseline_output", "baseline_tokens", "baseline_seconds", "baseline_truncated", "hf_seconds", "hf_identical")
+OUTPUTS = ("output", "baseline_output")  # columns of outputs, each stored once by its content in <root>/.outputs/
 
 
 def digest(obj) -> str:
@@ -174,19 +176,48 @@ class Registry:
         else:
             sweep = (record.get("protocol") or {}).get("sweep")
             shared = [f for f in SHARED if f in fields] if sweep else []
-            if shared and not self._share(sweep, _pack(_columns(rows, shared)), len(rows)):
+            if shared and not self._share(sweep, self._store(_columns(rows, shared)), len(rows)):
                 shared = []
             columns = _columns(rows, [f for f in fields if f not in shared])
             if {"output", "identical", "baseline_output"} <= set(fields):  # an output identical to vanilla's: once
                 columns["output"] = [None if same else o for o, same in zip(columns["output"], columns["identical"])]
             packed = {"n": len(rows), "fields": fields, "sweep_columns": sweep if shared else None,
-                      "columns": _pack(columns)}
+                      "columns": self._store(columns)}
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps({**record, "examples": packed}, separators=(",", ":")))
         return path
 
     def _sweep_path(self, sweep: str) -> Path:
         return self.root / ".sweeps" / f"{sweep}.json"
+
+    def _store(self, columns: dict) -> dict:
+        """Columns as stored (`_pack`), each column of outputs as {"outputs": digest of its text}, the text in
+        <root>/.outputs/<digest>.json, written first and once."""
+        out = _pack(columns)
+        for f in OUTPUTS:
+            if isinstance(out.get(f), list) and any(v is not None for v in out[f]):
+                text = json.dumps(out[f], separators=(",", ":"))
+                name = hashlib.sha256(text.encode()).hexdigest()[:16]
+                path = self._outputs_path(name)
+                if not path.exists() or path.read_text() != text:
+                    with atomic_path(path) as tmp:
+                        tmp.write_text(text)
+                out[f] = {"outputs": name}
+        return out
+
+    def _load(self, columns: dict) -> dict:
+        """The inverse of `_store`: a file of outputs that is not the text its name stands for raises ValueError."""
+        out = _unpack(columns)
+        for f, c in out.items():
+            if isinstance(c, dict) and "outputs" in c:
+                text = self._outputs_path(c["outputs"]).read_text()
+                if hashlib.sha256(text.encode()).hexdigest()[:16] != c["outputs"]:
+                    raise ValueError(f"its outputs' file {c['outputs']}.json holds other outputs")
+                out[f] = json.loads(text)
+        return out
+
+    def _outputs_path(self, name: str) -> Path:
+        return self.root / ".outputs" / f"{name}.json"
 
     def _share(self, sweep: str, columns: dict, n: int) -> bool:
         """Store a sweep's vanilla columns once; False where the sweep's file holds other ones."""
@@ -205,12 +236,12 @@ class Registry:
         record = json.loads(path.read_text())
         if isinstance(record, dict) and isinstance(record.get("examples"), dict):
             packed = record["examples"]
-            columns = _unpack(packed["columns"])
+            columns = self._load(packed["columns"])
             if packed.get("sweep_columns"):
                 shared = json.loads(self._sweep_path(packed["sweep_columns"]).read_text())
                 if shared["n"] != packed["n"]:
                     raise ValueError("its sweep's file holds another number of examples")
-                columns.update(_unpack(shared["columns"]))
+                columns.update(self._load(shared["columns"]))
             if {"output", "identical", "baseline_output"} <= set(packed["fields"]):
                 columns["output"] = [b if same else o for o, same, b in
                                      zip(columns["output"], columns["identical"], columns["baseline_output"])]
@@ -218,22 +249,37 @@ class Registry:
         return record
 
     def files(self) -> list[Path]:
-        """The record files (not the sweeps' shared columns, not checkpoints)."""
-        return [p for p in sorted(self.root.rglob("*.json")) if not {".partial", ".sweeps"} & set(p.parts)]
+        """The record files (not the sweeps' shared columns, not the outputs' files, not checkpoints)."""
+        return [p for p in sorted(self.root.rglob("*.json")) if not {".partial", ".sweeps", ".outputs"} & set(p.parts)]
 
     def sweep_files(self) -> list[Path]:
         return sorted((self.root / ".sweeps").glob("*.json"))
 
+    def output_files(self) -> list[Path]:
+        return sorted((self.root / ".outputs").glob("*.json"))
+
+    def outputs_read(self, paths: list[Path]) -> set[str]:
+        """The names of the outputs' files that the record and sweep files `paths` read."""
+        names = set()
+        for path in paths:
+            try:
+                data = json.loads(path.read_text())
+                columns = data["columns"] if "columns" in data else data["examples"]["columns"]
+                names |= {c["outputs"] for c in columns.values() if isinstance(c, dict) and "outputs" in c}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+        return names
+
     def compact(self) -> int:
         """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an earlier packing):
         columns, the vanilla runs once per sweep, booleans and machine indices as strings, seconds as whole
-        nanoseconds. Returns how many record files changed (values unchanged, seconds to the nanosecond). Each file
-        is replaced whole; the sweeps' files first, which
-        records of either packing read."""
+        nanoseconds, each column of outputs once by its content. Returns how many record files changed (values
+        unchanged, seconds to the nanosecond). Each file is replaced whole; the sweeps' files first, which records of
+        either packing read."""
         for path in self.sweep_files():
             try:
                 shared = json.loads(path.read_text())
-                packed = {"n": shared["n"], "columns": _pack(_unpack(shared["columns"]))}
+                packed = {"n": shared["n"], "columns": self._store(self._load(shared["columns"]))}
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if packed != shared:

@@ -191,7 +191,8 @@ def notebook_defaults(name: str) -> dict:
 
 def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.json") -> str:
     """A markdown table of the toy study's main table, from the rows RQ5 wrote beside its figure: per task and row,
-    the policy chosen on validation and its test numbers with 95% intervals, each timing pass."""
+    the policy chosen on validation and its test numbers with 95% intervals, each timing pass (over the timed sample
+    where one was: N says how many)."""
     from .summary import fmt
 
     data = json.loads(Path(table).read_text())
@@ -211,7 +212,9 @@ def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.
                 lines.append(f"| {pair} | {row} | none qualifies |" + " |" * (5 + len(speed_heads)))
                 continue
             speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])]
-            lines.append(f"| {pair} | {row} | {tuple(h['policy'])} | {h['examples']} | "
+            n, timed = h["examples"], h.get("timed", h["examples"])
+            n = n if timed == n else f"{n}, {timed} timed"
+            lines.append(f"| {pair} | {row} | {tuple(h['policy'])} | {n} | "
                          f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {' | '.join(speeds)} | "
                          f"{fmt(h['speedup_hf'], h['speedup_hf_ci'], 'x')} | {h['identical']}/{h['examples']} |")
     return "\n".join(lines)

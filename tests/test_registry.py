@@ -199,7 +199,8 @@ def test_records_are_stored_as_columns_with_each_sweeps_vanilla_runs_once(fake_z
         assert stored["sweep_columns"] == sweep.stem and "baseline_output" not in stored["columns"]
         assert set(stored["columns"]["stats"]["columns"]) == set(r["examples"][0]["stats"])  # stats as columns too
         same = [e["identical"] for e in r["examples"]]
-        assert all((o is None) == i for o, i in zip(stored["columns"]["output"], same))  # not twice
+        outputs = reg._load(stored["columns"])["output"]
+        assert all((o is None) == i for o, i in zip(outputs, same))  # not twice
     rows = made[0]
     old = tmp_path / "old"
     # rows as bildlab <= 0.2 wrote them are read as they are, and compacted on request
@@ -244,14 +245,34 @@ def test_a_timed_samples_record_is_stored_compactly_and_an_earlier_packing_still
     assert "bools" in json.loads(sweep.read_text())["columns"]["baseline_truncated"]
 
 
-def test_a_sweeps_columns_that_no_record_uses_are_unused(fake_zoo, tmp_path):
+def test_a_sweeps_columns_and_outputs_that_no_record_uses_are_unused(fake_zoo, tmp_path):
     reg = tmp_path / "results"
     made = ev.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
     planner = plan.Planner()
     planner.sweep("toy-mt", [{"fallback": 0.3}], registry=reg, **FAST)
     assert plan.unused(reg, planner.read) == []
-    assert [p.name for p in plan.unused(reg, set())] == [registry.Registry(reg).path(made[0]["key"]).name,
-                                                         f"{made[0]['protocol']['sweep']}.json"]
+    stored = registry.Registry(reg)
+    (vanilla,) = stored.output_files()  # the policy's outputs all equal vanilla's: only vanilla's column is stored
+    assert [p.name for p in plan.unused(reg, set())] == [stored.path(made[0]["key"]).name,
+                                                         f"{made[0]['protocol']['sweep']}.json", vanilla.name]
+
+
+def test_a_column_of_outputs_is_stored_once_by_its_content(fake_zoo, tmp_path):
+    """Two sweeps over the same examples (another timed sample) share vanilla's outputs' file; a file of outputs
+    that is not the text its name stands for makes its records corrupt (reported, recomputed)."""
+    reg = registry.Registry(tmp_path / "results")
+    one = ev.sweep("toy-mt", [{"fallback": 0.9}], registry=reg, timing_limit=2, batch_size=4, **FAST)
+    two = ev.sweep("toy-mt", [{"fallback": 0.9}], registry=reg, timing_limit=3, batch_size=4, **FAST)
+    assert len(reg.sweep_files()) == 2 and one[0]["protocol"]["sweep"] != two[0]["protocol"]["sweep"]
+    assert [e["output"] for e in one[0]["examples"]] == [e["output"] for e in two[0]["examples"]]
+    assert len(reg.output_files()) == 1 + any(not e["identical"] for e in one[0]["examples"])
+    (vanilla,) = reg.outputs_read(reg.sweep_files())  # both sweeps' files read the one file of vanilla's outputs
+    assert vanilla in {p.stem for p in reg.output_files()}
+    assert [reg.get(r["key"]) for r in one + two] == one + two
+    for path in reg.output_files():
+        path.write_text(path.read_text().replace('"', "'", 2))
+    with pytest.warns(UserWarning, match="holds other outputs"):
+        assert reg.get(one[0]["key"]) is None
 
 
 def test_the_committed_registry_is_small():
