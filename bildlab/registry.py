@@ -191,13 +191,12 @@ class Registry:
         return self.root / ".sweeps" / f"{sweep}.json"
 
     def _store(self, columns: dict) -> dict:
-        """Columns as stored (`_pack`), each column of outputs as {"outputs": digest of its text}, the text in
+        """Columns as stored (`_pack`), each column of outputs as {"outputs": its digest}, the column in
         <root>/.outputs/<digest>.json, written first and once."""
         out = _pack(columns)
         for f in OUTPUTS:
             if isinstance(out.get(f), list) and any(v is not None for v in out[f]):
-                text = json.dumps(out[f], separators=(",", ":"))
-                name = hashlib.sha256(text.encode()).hexdigest()[:16]
+                text, name = json.dumps(out[f], separators=(",", ":")), digest(out[f])
                 path = self._outputs_path(name)
                 if not path.exists() or path.read_text() != text:
                     with atomic_path(path) as tmp:
@@ -210,10 +209,9 @@ class Registry:
         out = _unpack(columns)
         for f, c in out.items():
             if isinstance(c, dict) and "outputs" in c:
-                text = self._outputs_path(c["outputs"]).read_text()
-                if hashlib.sha256(text.encode()).hexdigest()[:16] != c["outputs"]:
+                out[f] = json.loads(self._outputs_path(c["outputs"]).read_text())
+                if digest(out[f]) != c["outputs"]:
                     raise ValueError(f"its outputs' file {c['outputs']}.json holds other outputs")
-                out[f] = json.loads(text)
         return out
 
     def _outputs_path(self, name: str) -> Path:
