@@ -205,7 +205,8 @@ class Registry:
         return out
 
     def _load(self, columns: dict) -> dict:
-        """The inverse of `_store`: a file of outputs that is not the text its name stands for raises ValueError."""
+        """The inverse of `_store`: a file of outputs whose column is not the one its name stands for raises
+        ValueError."""
         out = _unpack(columns)
         for f, c in out.items():
             if isinstance(c, dict) and "outputs" in c:
