@@ -97,7 +97,7 @@ def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray"
                progress: bool | str = False) -> None:
     """Time the examples `indices` of a sweep in Ray tasks of `shard_size` examples; `on_rows({index: row})` is
     called in the driver as each shard finishes. On any error or interrupt the shards still running are cancelled
-    (what finished has been handed to on_rows)."""
+    and their workers killed (what finished has been handed to on_rows)."""
     check(executor, shard_size)
     ray = _ray()
     own = not ray.is_initialized()  # this sweep connects (starting a runtime for "ray"), and disconnects at its end
@@ -140,6 +140,8 @@ def _run_shards(ray, spec, indices, on_rows, shard_size, progress) -> None:
                     bar.update()
     finally:
         for ref in pending:
-            ray.cancel(ref)  # a KeyboardInterrupt in the task
+            # killed, not interrupted: a KeyboardInterrupt raised inside `import torch` leaves the worker, which Ray
+            # reuses for later tasks, with a half-imported torch that every later import fails on
+            ray.cancel(ref, force=True)
         if bar is not None:
             bar.close()

@@ -213,3 +213,51 @@ def test_shards_and_their_resources():
     assert distributed.default_shard_size(10**5, 8) == distributed.MAX_SHARD
     assert distributed.resources("cuda", 1) == {"num_cpus": 1, "num_gpus": 1}
     assert distributed.resources("cpu", 2) == {"num_cpus": 2} and distributed.resources("cpu", None) == {"num_cpus": 1}
+
+
+class FakeRay:
+    """Enough of Ray for the driver loop: shards finish in the order submitted, `cancel` is recorded."""
+
+    def __init__(self):
+        self.refs, self.cancelled = [], []
+
+    def cluster_resources(self):
+        return {"CPU": 2}
+
+    def remote(self, fn):
+        ray = self
+
+        class Task:
+            def options(self, **_):
+                return self
+
+            def remote(self, spec, part, env):
+                ray.refs.append((len(ray.refs), tuple(part)))
+                return ray.refs[-1]
+        return Task()
+
+    def wait(self, refs, num_returns):
+        return sorted(refs)[:num_returns], sorted(refs)[num_returns:]
+
+    def get(self, ref):
+        return {i: {} for i in ref[1]}
+
+    def cancel(self, ref, force=False):
+        self.cancelled.append((ref[0], force))
+
+
+def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
+    # an interrupted worker (ray.cancel without force) is reused by Ray; interrupted inside `import torch` it failed
+    # every later shard with "partially initialized module 'torch'"
+    ray, seen = FakeRay(), []
+
+    def on_rows(rows):
+        seen.append(sorted(rows))
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    spec = {"device": "cpu", "threads": 1}
+    with pytest.raises(KeyboardInterrupt):
+        distributed._run_shards(ray, spec, list(range(10)), on_rows, 2, progress=False)
+    assert seen == [[0, 1], [2, 3]]
+    assert ray.cancelled == [(2, True), (3, True), (4, True)]  # the three shards not finished, each killed
