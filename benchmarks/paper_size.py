@@ -38,20 +38,7 @@ from bildlab import mirror, models
 from bildlab.summary import expected_speedup, expected_tokens_per_call
 from bildlab.timing import interleave, settings
 
-# the public configs of the pretrained checkpoints the paper fine-tuned (google-t5/t5-{large,small},
-# google/mt5-{large,small}); T5 ties its output layer to the input embeddings, mT5 has its own
-COMMON = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128, decoder_start_token_id=0,
-              eos_token_id=1, pad_token_id=0)
-CONFIGS = {
-    "t5-large": dict(d_model=1024, num_layers=24, num_heads=16, d_kv=64, d_ff=4096, feed_forward_proj="relu",
-                     vocab_size=32128),
-    "t5-small": dict(d_model=512, num_layers=6, num_heads=8, d_kv=64, d_ff=2048, feed_forward_proj="relu",
-                     vocab_size=32128),
-    "mt5-large": dict(d_model=1024, num_layers=24, num_heads=16, d_kv=64, d_ff=2816, feed_forward_proj="gated-gelu",
-                      vocab_size=250112),
-    "mt5-small": dict(d_model=512, num_layers=8, num_heads=6, d_kv=64, d_ff=1024, feed_forward_proj="gated-gelu",
-                      vocab_size=250112),
-}
+CONFIGS, COMMON = models.PAPER_CONFIGS, models.PAPER_CONFIG_COMMON  # the checkpoints' public configs
 # family -> (large, small, the paper pair whose checkpoints a mirror holds, the tokenizer's rows, the tasks)
 FAMILIES = {
     "t5": ("t5-large", "t5-small", "xsum", 32100, ["xsum", "cnn_dailymail"]),

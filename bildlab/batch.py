@@ -18,7 +18,11 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
     speculative  the large argmax (greedy speculative decoding's output is the large model's greedy output); its
                  statistics follow from where the two argmaxes agree, window by window of min(k, left) drafts.
 
-Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only prompts are left-padded, with an
+Layout: rows sorted by input length, packed into batches under a memory budget (`memory`: the peak bytes of both
+models' caches, encoder outputs, prefill temporaries and logits, estimated from their geometry by `memory.pack`; at
+most `batch_size` rows a batch). A CUDA out-of-memory error splits the batch in two and decodes the halves (the
+tokens do not depend on the batching); `report`, a dict, receives the budget, the rows of every batch decoded and
+the number of splits. Decoder-only prompts are left-padded, with an
 attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
 rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
 `Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
@@ -41,6 +45,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
+from . import memory as mem
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
 from .views import forward_kwargs
@@ -254,16 +259,24 @@ def generate_batch(
     max_small_steps: int = 10,
     rollback_rule: str = "first-differing",
     do_sample: bool = False,
+    memory: int | str | None = None,
+    report: dict | None = None,
 ) -> list[Output]:
     """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens equal
     `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n] LongTensors; the keywords
-    are `generate`'s. Methods greedy, bild and (greedy) speculative; see the module docstring for `stats`."""
+    are `generate`'s. Methods greedy, bild and (greedy) speculative; see the module docstring for `stats`.
+    `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free memory less a
+    margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill with
+    {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory splits}."""
     if method == "sample" or do_sample is True:
         raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
                          "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
                          "not reproduce; use generate for sampling")
     if not _is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    mem.parse(memory)
+    if report is not None and not isinstance(report, dict):
+        raise TypeError(f"report must be None or a dict to fill; got {type(report).__name__}")
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of [1, n] LongTensors; got {type(inputs).__name__}")
     policy = dict(max_new_tokens=max_new_tokens, k=k, fallback=fallback, rollback=rollback,
@@ -282,11 +295,29 @@ def generate_batch(
             raise type(e)(f"inputs[{i}]: {e}") from None
     eos = torch.tensor(sorted(_eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
-    order = sorted(range(len(xs)), key=lambda i: xs[i].shape[1])
+    budget = mem.budget(memory, large.device)
+    models = [large] + ([small] if drafts else [])  # an early-exit draft keeps a cache of its own too
+    batches = mem.pack([x.shape[1] for x in xs], [mem.geometry(m) for m in models], max_new_tokens, budget,
+                       batch_size)
+    layout = {"memory": budget, "batches": [], "splits": 0}
+
+    def decode(rows: list[int]) -> list[Output]:
+        try:
+            outs = _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy, eos)
+        except torch.OutOfMemoryError:
+            if len(rows) == 1:
+                raise
+            if large.device.type == "cuda":
+                torch.cuda.empty_cache()
+            layout["splits"] += 1
+            return decode(rows[: len(rows) // 2]) + decode(rows[len(rows) // 2 :])
+        layout["batches"].append(len(rows))
+        return outs
+
     outputs = [None] * len(xs)
-    for b in range(0, len(order), batch_size):
-        rows = order[b : b + batch_size]
-        for i, out in zip(rows, _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy,
-                                          eos)):
+    for rows in batches:
+        for i, out in zip(rows, decode(rows)):
             outputs[i] = out
+    if report is not None:
+        report.update(layout)
     return outputs

@@ -50,6 +50,26 @@ PAPER_TOKENIZERS = {"iwslt2017-de-en": "google/mt5-small", "wmt14-de-en": "googl
 PAPER_PREFIX = {"iwslt2017-de-en": "", "wmt14-de-en": "", "xsum": "summarize: ", "cnn_dailymail": "summarize: "}
 MAX_SOURCE_TOKENS = 1024
 PAPER_MAX_NEW_TOKENS = 127  # the paper's max_length=128 in transformers 4.x terms (the decoder start token counted)
+# the public configs of the pretrained checkpoints the paper fine-tuned (google-t5/t5-{large,small},
+# google/mt5-{large,small}); T5 ties its output layer to the input embeddings, mT5 has its own. Used where the
+# checkpoints cannot be read: random-weight models at the paper's sizes (benchmarks/paper_size.py), the plan's batch
+# memory (memory.py)
+PAPER_CONFIG_COMMON = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                           decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+PAPER_CONFIGS = {
+    "t5-large": dict(d_model=1024, num_layers=24, num_heads=16, d_kv=64, d_ff=4096, feed_forward_proj="relu",
+                     vocab_size=32128),
+    "t5-small": dict(d_model=512, num_layers=6, num_heads=8, d_kv=64, d_ff=2048, feed_forward_proj="relu",
+                     vocab_size=32128),
+    "mt5-large": dict(d_model=1024, num_layers=24, num_heads=16, d_kv=64, d_ff=2816, feed_forward_proj="gated-gelu",
+                      vocab_size=250112),
+    "mt5-small": dict(d_model=512, num_layers=8, num_heads=6, d_kv=64, d_ff=1024, feed_forward_proj="gated-gelu",
+                      vocab_size=250112),
+}
+# paper pair -> (the large and small checkpoints' configs, the output rows after cutting them to the tokenizer)
+PAPER_GEOMETRY = {"iwslt2017-de-en": ("mt5-large", "mt5-small", 250100),
+                  "wmt14-de-en": ("mt5-large", "mt5-small", 250100),
+                  "xsum": ("t5-large", "t5-small", 32100), "cnn_dailymail": ("t5-large", "t5-small", 32100)}
 
 
 def task_of(pair: str) -> str:

@@ -1,0 +1,158 @@
+"""Batches sized by memory: the budget's parsing, batches packed under it, an out-of-memory error that splits a batch
+(tokens unchanged), and at the paper's T5-large geometry a measured peak within the budget with batch-1 outputs."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from bildlab import batch, memory
+from bildlab.batch import generate_batch
+from bildlab.decoding import generate
+
+GIB = 2 ** 30
+
+
+@pytest.mark.parametrize("text, n", [("12GiB", 12 * GIB), ("16GB", 16 * 10 ** 9), ("512 MiB", 512 * 2 ** 20),
+                                     ("1.5gib", int(1.5 * GIB)), (4096, 4096)])
+def test_memory_sizes_parse(text, n):
+    assert memory.parse(text) == n
+
+
+@pytest.mark.parametrize("bad", ["12 GiBs", "-1GB", "0", 0, True, 1.5, "lots", [1]])
+def test_a_bad_memory_size_names_the_parameter_and_the_forms(bad):
+    with pytest.raises(ValueError, match=r"memory must be None .* '12GiB'"):
+        memory.parse(bad)
+    with pytest.raises(ValueError, match="memory must be"):
+        generate_batch(torch.nn.Linear(1, 1), [], memory=bad)
+
+
+def test_the_default_budget_on_a_cpu_is_the_stated_one():
+    assert memory.budget(None, "cpu") == memory.CPU_MEMORY
+    assert memory.budget("3GiB", "cpu") == 3 * GIB
+
+
+T5_LARGE = memory.Geometry(encoder_decoder=True, layers=24, kv_heads=16, head_dim=64, d_model=1024, d_ff=4096,
+                           heads=16, vocab=32100, dtype_bytes=4)
+
+
+def test_the_estimate_holds_the_cross_attention_cache_the_issue_measured():
+    # 2 x batch x source x 1,024 floats per layer for the cross-attention keys and values: 48 GiB at batch 256,
+    # 24 layers, 1,024-token sources; the estimate is an upper bound of what a batch holds
+    cross = 2 * 256 * 1024 * 1024 * 4 * 24
+    assert cross == 48 * GIB
+    assert memory.peak_bytes([T5_LARGE], 256, 1024, 0) >= cross
+
+
+def test_batches_are_packed_greedily_under_the_budget():
+    lengths = [700, 20, 1024, 300, 1024, 5, 900, 64]
+    budget = memory.peak_bytes([T5_LARGE], 3, 1024, 16)
+    batches = memory.pack(lengths, [T5_LARGE], 16, budget, batch_size=8)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [i for b in batches for i in b]
+    assert [lengths[i] for i in flat] == sorted(lengths)  # sorted by length
+    for n, b in enumerate(batches):  # each fits, and the next row would not have
+        assert memory.peak_bytes([T5_LARGE], len(b), max(lengths[i] for i in b), 16) <= budget
+        if n + 1 < len(batches):
+            longer = max(lengths[i] for i in b + [batches[n + 1][0]])
+            assert memory.peak_bytes([T5_LARGE], len(b) + 1, longer, 16) > budget
+    assert memory.pack(lengths, [T5_LARGE], 16, budget, batch_size=2) == [flat[i:i + 2] for i in range(0, 8, 2)]
+    assert memory.pack(lengths, [T5_LARGE], 16, 1, batch_size=8) == [[i] for i in flat]  # alone when nothing fits
+    assert memory.rows_that_fit([T5_LARGE], 1024, 16, budget, 256) == 3
+
+
+def test_the_geometry_is_read_from_the_model(models):
+    large = models["t5"][0]
+    g = memory.geometry(large)
+    c = large.config
+    assert (g.layers, g.kv_heads, g.head_dim, g.d_model, g.vocab) == (
+        c.num_decoder_layers, c.num_heads, c.d_kv, c.d_model, large.lm_head.weight.shape[0])
+    lg = memory.geometry(models["llama"][0])
+    lc = models["llama"][0].config
+    assert (lg.encoder_decoder, lg.layers, lg.kv_heads) == (False, lc.num_hidden_layers, lc.num_key_value_heads)
+
+
+def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(models, monkeypatch):
+    large, small = models["t5"][0], models["t5"][1]["perturbed"]
+    torch.manual_seed(0)
+    xs = [torch.randint(3, 48, (1, n)) for n in (5, 9, 7, 12, 6, 8)]
+    kw = dict(small=small, method="bild", fallback=0.5, rollback=2.0, max_new_tokens=10)
+    whole = generate_batch(large, xs, batch_size=6, **kw)
+    real, seen = batch._lockstep, []
+
+    def small_device(large, small, rows, *a):  # a device on which only two rows fit
+        seen.append(len(rows))
+        if len(rows) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(large, small, rows, *a)
+
+    monkeypatch.setattr(batch, "_lockstep", small_device)
+    report = {}
+    split = generate_batch(large, xs, batch_size=6, report=report, **kw)
+    assert [o.tokens for o in split] == [o.tokens for o in whole]
+    assert [o.stats for o in split] == [o.stats for o in whole]
+    assert seen == [6, 3, 1, 2, 3, 1, 2] and report["splits"] == 3 and report["batches"] == [1, 2, 1, 2]
+    for x, o in zip(xs, split):  # and each is the engine's
+        assert o.tokens == generate(large, x, **kw).tokens
+    monkeypatch.setattr(batch, "_lockstep", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("one row")))
+    with pytest.raises(torch.OutOfMemoryError):  # a single row that does not fit is the user's to see
+        generate_batch(large, xs[:1], **kw)
+
+
+PROBE = textwrap.dedent("""
+    import json, sys, threading, time
+    import torch, transformers as tf
+    from bildlab import memory, models
+    from bildlab.batch import generate_batch
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+
+    def rss():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
+
+    def build(name):
+        config = tf.T5Config(**models.PAPER_CONFIGS[name], **models.PAPER_CONFIG_COMMON)
+        return tf.T5ForConditionalGeneration(config).eval()
+
+    large, small = build("t5-large"), build("t5-small")
+    geometries = [memory.geometry(large), memory.geometry(small)]
+    xs = [torch.randint(2, 32000, (1, n)) for n in (1024, 600, 1024)]
+    kw = dict(small=small, method="bild", fallback=0.5, rollback=3.0, max_new_tokens=3)
+    budget = memory.peak_bytes(geometries, 2, 1024, 3)  # two of the longest sources fit, three do not
+    base, peak, stop = rss(), [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    report = {}
+    try:
+        batched = generate_batch(large, xs, memory=budget, batch_size=256, report=report, **kw)
+    finally:
+        stop.set()
+        watcher.join()
+    alone = generate_batch(large, xs, batch_size=1, **kw)
+    print(json.dumps({"budget": budget, "measured": peak[0] - base, "report": report,
+                      "cross": 2 * 24 * 16 * 64 * 1024 * 4, "batched": [o.tokens for o in batched],
+                      "alone": [o.tokens for o in alone]}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the resident memory from /proc")
+def test_at_the_paper_t5_large_geometry_a_budget_holds_and_the_outputs_are_batch_one_outputs():
+    import json
+
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=1200, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["report"]["batches"] == [2, 1] and r["report"]["splits"] == 0  # 600 + 1024 together, then 1024
+    assert r["measured"] <= r["budget"], (memory.fmt(r["measured"]), memory.fmt(r["budget"]))
+    assert r["measured"] >= 2 * r["cross"]  # the measurement sees what must be there: two rows' cross-attention cache
+    assert r["batched"] == r["alone"]
