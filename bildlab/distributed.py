@@ -1,15 +1,24 @@
 """Fan the examples of a sweep out over Ray tasks: many GPUs on one box, or a Ray cluster.
 
     sweep("toy-mt", grid, limit=300, executor="ray", shard_size=20)        # a Ray runtime on this machine
-    sweep("cnn_dailymail", grid, device="cuda", executor="ray://head:10001")  # an existing cluster by address
+    sweep("cnn_dailymail", grid, device="cuda", executor="ray://head:10001", timing_limit=300, chunk_size=500)
 
-The unit of work is a shard: a run of consecutive example indices of one sweep, timed by `shard.time_shard` in
-one Ray task that holds one whole device (one GPU, or `threads` CPU cores on a CPU-only cluster). There the vanilla
-runners and every policy of the sweep are interleaved on those examples under the one timing protocol, exactly as
-on one machine (each shard warms up on its own first examples). The driver gathers the shards' rows as they finish
-(`on_rows`, which checkpoints them), and `evaluate` merges them into the same records as a local run; every row says
-where it was timed. A task whose worker dies (killed, node lost) is rerun by Ray (`MAX_RETRIES`); an exception
-inside a task is a bug and fails the sweep at once.
+A sweep has two kinds of work, and each Ray task holds one whole device (one GPU, or `threads` CPU cores on a
+CPU-only cluster), so two tasks never share a GPU:
+
+- a chunk (`run_chunks`; with `timing_limit`): a run of consecutive example indices whose outputs every runner still
+  missing computes in batches (`shard.compute_outputs`, `batch.generate_batch` under the device's memory budget):
+  exact tokens, whatever device or chunking computed them. The driver puts them together in example order.
+- a shard (`run_shards`): a run of consecutive indices of the timed examples (all of them, or the seeded sample of
+  `timing_limit`), timed by `shard.time_shard`: the vanilla runners and every policy of the sweep interleaved on
+  those examples under the one timing protocol, exactly as on one machine (each shard warms up on its own first
+  examples), each batch-1 output later checked against its batched one. Every row says where it was timed.
+
+The chunks of a sweep run first, all devices at once, then its shards (about two tasks of each kind per device by
+default, so that N devices take about 1/N of one device's time). The driver hands finished chunks and shards to
+callbacks that checkpoint them, so an interrupted sweep resumes without redoing them, and `evaluate` merges them into
+the same records as a local run. A task whose worker dies (killed, node lost) is rerun by Ray (`MAX_RETRIES`); an
+exception inside a task is a bug and fails the sweep at once.
 
 Executors: "local" (this process, no Ray; the default), "ray" (the Ray runtime of this process if one is up, else a
 new one on this machine with all its GPUs and cores, or the cluster named by $RAY_ADDRESS), "auto" (the Ray cluster
@@ -29,6 +38,7 @@ EXECUTORS = ("local", "ray", "auto", "ray://host:port")
 EXTRA = 'pip install -e ".[ray]"'
 MAX_RETRIES = 3  # reruns of a shard whose worker died
 MIN_SHARD, MAX_SHARD = 10, 100  # default shard sizes: enough examples to pay for a warm-up, few enough to checkpoint
+MIN_CHUNK, MAX_CHUNK = 50, 1000  # default chunk sizes: enough rows to fill batches, few enough to checkpoint
 PASS_ENV = ("BILDLAB_ZOO", "BILDLAB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the driver's, seen by tasks
 
 
@@ -41,7 +51,7 @@ def _ray():
                           f"(or pip install 'ray>=2.9'); executor='local' runs without it") from e
 
 
-def check(executor, shard_size=None) -> None:
+def check(executor, shard_size=None, chunk_size=None) -> None:
     """Validate the executor arguments before anything runs (for sweep/evaluate and the study's parameters); a Ray
     executor also needs Ray importable."""
     ok = isinstance(executor, str) and (executor in EXECUTORS[:3] or
@@ -51,6 +61,8 @@ def check(executor, shard_size=None) -> None:
                          f"'ray://host:port' (a cluster by address); got {executor!r}")
     if shard_size is not None and (isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1):
         raise ValueError(f"shard_size must be None (automatic) or an integer >= 1; got {shard_size!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be None (automatic) or an integer >= 1; got {chunk_size!r}")
     if executor != "local":
         _ray()
 
@@ -79,18 +91,35 @@ def default_shard_size(n: int, slots: int) -> int:
     return max(MIN_SHARD, min(MAX_SHARD, math.ceil(n / (2 * max(slots, 1)))))
 
 
-def _shard(spec: dict, indices: list[int], env: dict) -> dict[int, dict]:
-    """One Ray task: time examples `indices` of the sweep `spec` on the device this task holds."""
-    for k in PASS_ENV:  # the driver's settings (a reused worker may hold an earlier task's)
+def default_chunk_size(n: int, slots: int) -> int:
+    """About two chunks per device slot, within [MIN_CHUNK, MAX_CHUNK] examples."""
+    return max(MIN_CHUNK, min(MAX_CHUNK, math.ceil(n / (2 * max(slots, 1)))))
+
+
+def _here(spec: dict, env: dict) -> dict:
+    """In a task: the driver's settings (a reused worker may hold an earlier task's), and the task's device."""
+    for k in PASS_ENV:
         if k in env:
             os.environ[k] = env[k]
         else:
             os.environ.pop(k, None)
-    from .shard import time_shard
-
     if str(spec["device"]).startswith("cuda"):
         spec = {**spec, "device": "cuda"}  # Ray makes the task's GPU the only visible one
-    return time_shard(spec, indices)
+    return spec
+
+
+def _shard(spec: dict, indices: list[int], env: dict) -> dict[int, dict]:
+    """One Ray task: time examples `indices` of the sweep `spec` on the device this task holds."""
+    from .shard import time_shard
+
+    return time_shard(_here(spec, env), indices)
+
+
+def _chunk(spec: dict, indices: list[int], names: list[str], batch_size: int, memory, env: dict) -> dict:
+    """One Ray task: the runners `names`' batched outputs for examples `indices`, on the device this task holds."""
+    from .shard import compute_outputs
+
+    return compute_outputs(_here(spec, env), indices, names, batch_size, memory)
 
 
 def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray", shard_size: int | None = None,
@@ -98,44 +127,75 @@ def run_shards(spec: dict, indices: list[int], on_rows, *, executor: str = "ray"
     """Time the examples `indices` of a sweep in Ray tasks of `shard_size` examples; `on_rows({index: row})` is
     called in the driver as each shard finishes. On any error or interrupt the shards still running are cancelled
     and their workers killed (what finished has been handed to on_rows)."""
-    check(executor, shard_size)
+    def submit(ray, res, slots, env):
+        task = ray.remote(_shard).options(max_retries=MAX_RETRIES, retry_exceptions=False, **res)
+        parts = shards(indices, shard_size or default_shard_size(len(indices), slots))
+        return {task.remote(spec, part, env): part for part in parts}
+
+    def done(part, rows):
+        if sorted(rows) != sorted(part):
+            raise RuntimeError(f"a shard returned examples {sorted(rows)} for {part}")
+        on_rows(rows)
+
+    _run_tasks(spec, executor, submit, done, progress, "shards")
+
+
+def run_chunks(spec: dict, indices: list[int], names: list[str], batch_size: int, memory, on_chunk, *,
+               executor: str = "ray", chunk_size: int | None = None, progress: bool | str = False) -> None:
+    """The runners `names`' batched outputs for the examples `indices`, in Ray tasks of `chunk_size` examples;
+    `on_chunk(part, {name: ([tokens per index of part], layout)})` is called in the driver as each chunk finishes
+    (errors and interrupts as in `run_shards`)."""
+    def submit(ray, res, slots, env):
+        task = ray.remote(_chunk).options(max_retries=MAX_RETRIES, retry_exceptions=False, **res)
+        parts = shards(indices, chunk_size or default_chunk_size(len(indices), slots))
+        return {task.remote(spec, part, names, batch_size, memory, env): part for part in parts}
+
+    def done(part, made):
+        if sorted(made) != sorted(names) or any(len(made[n][0]) != len(part) for n in names):
+            raise RuntimeError(f"a chunk returned runners {sorted(made)} for {names} on {len(part)} examples")
+        on_chunk(part, made)
+
+    _run_tasks(spec, executor, submit, done, progress, "chunks")
+
+
+def _run_tasks(spec, executor, submit, done, progress, what) -> None:
+    """Connect, submit the tasks (`submit(ray, resources, slots, env)` -> {ref: part}), hand each result to
+    `done(part, result)` as it arrives, and on any error or interrupt kill the tasks still running."""
+    check(executor)
     ray = _ray()
     own = not ray.is_initialized()  # this sweep connects (starting a runtime for "ray"), and disconnects at its end
     connect(executor)
     try:
-        _run_shards(ray, spec, indices, on_rows, shard_size, progress)
+        res = resources(spec["device"], spec["threads"])
+        total = ray.cluster_resources()
+        if res.get("num_gpus") and total.get("GPU", 0) < 1:
+            raise ValueError(f"device={spec['device']!r}: the Ray cluster has no GPU (resources {total}); "
+                             f"use device='cpu' or a cluster with GPUs")
+        slots = int(total.get("GPU", 0)) if res.get("num_gpus") else int(total.get("CPU", 1) // res["num_cpus"])
+        if slots < 1:
+            raise ValueError(f"threads={spec['threads']}: a task needs {res['num_cpus']} CPUs, the Ray cluster has "
+                             f"{total.get('CPU', 0):g}")
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        pending = submit(ray, res, slots, env)
+        _gather(ray, pending, done, progress, what)
     finally:
         if own:  # a Jupyter kernel stopped while still connected gets SIGTERM, and Ray prints a 30-line stack dump
             ray.shutdown()
 
 
-def _run_shards(ray, spec, indices, on_rows, shard_size, progress) -> None:
-    res = resources(spec["device"], spec["threads"])
-    total = ray.cluster_resources()
-    if res.get("num_gpus") and total.get("GPU", 0) < 1:
-        raise ValueError(f"device={spec['device']!r}: the Ray cluster has no GPU (resources {total}); "
-                         f"use device='cpu' or a cluster with GPUs")
-    slots = int(total.get("GPU", 0)) if res.get("num_gpus") else int(total.get("CPU", 1) // res["num_cpus"])
-    if slots < 1:
-        raise ValueError(f"threads={spec['threads']}: a shard needs {res['num_cpus']} CPUs, the Ray cluster has "
-                         f"{total.get('CPU', 0):g}")
-    parts = shards(indices, shard_size or default_shard_size(len(indices), slots))
-    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    task = ray.remote(_shard).options(max_retries=MAX_RETRIES, retry_exceptions=False, **res)
-    pending = {task.remote(spec, part, env): part for part in parts}
+def _gather(ray, pending: dict, done, progress, what: str) -> None:
     bar = None
     if progress:
         from .timing import progress_bar
 
-        bar = progress_bar(None, total=len(parts), desc=f"{progress if isinstance(progress, str) else 'sweep'} (shards)")
+        label = progress if isinstance(progress, str) else "sweep"
+        bar = progress_bar(None, total=len(pending), desc=f"{label} ({what})")
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                part, rows = pending.pop(ref), ray.get(ref)
-                if sorted(rows) != sorted(part):
-                    raise RuntimeError(f"a shard returned examples {sorted(rows)} for {part}")
-                on_rows(rows)
+                part = pending.pop(ref)
+                done(part, ray.get(ref))
                 if bar is not None:
                     bar.update()
     finally:

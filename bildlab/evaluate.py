@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import hashlib
 import time
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from . import distributed, shard, tasks, timing
+from . import distributed, records, shard, tasks, timing
+from . import memory as mem
 from .benchmark import _transformers_version
-from .decoding import _eos_ids, check_policy, truncated
+from .decoding import check_policy
 from .models import PAIRS, TOY_PAIRS, task_of, zoo_dir
 from .models import provenance as models_provenance
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
-from .summary import summarize
 
 DRAFTS = ("small", "aligned", "early-exit")
 # "small": the draft model alone (greedy), an anchor; "hf_assisted": transformers' assisted generation with the draft
@@ -260,26 +259,29 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
            hf_baseline: bool = True, timing_pass: int = 1,
            registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
            executor: str = "local", shard_size: int | None = None, recompute: bool = False,
-           timing_limit: int | dict | None = None, batch_size: int = 64, offline: bool = False,
-           **common) -> Lookup:
+           timing_limit: int | dict | None = None, batch_size: int = 64, memory: int | str | None = None,
+           chunk_size: int | None = None, offline: bool = False, **common) -> Lookup:
     """Check a sweep's arguments and find what it would compute, loading no model. `offline=True` (a plan on a
     machine without the paper's models or data): where their provenance cannot be had, nothing is looked up and
     every policy is to run. `timing_limit`: outputs and quality on every example (computed in batches of
     `batch_size`, `batch.generate_batch`), the timing protocol at batch 1 on a seeded sample of this many of them
-    (`timed_indices`); None times every example. `limit` and `timing_limit` may be dicts per pair."""
+    (`timed_indices`); None times every example. `limit` and `timing_limit` may be dicts per pair. `memory`: what a
+    batch may take on a device (bytes or "12GiB"; None: the device's free memory less a margin, `memory.CPU_MEMORY`
+    on a CPU); `chunk_size`: examples per Ray task computing outputs (None: about two per device)."""
     task = task or (task_of(pair) if pair in PAIRS else None)
     limit, timing_limit = per_pair(limit, pair, "limit"), per_pair(timing_limit, pair, "timing_limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
         raise ValueError(f"grid must be a non-empty list of policy dicts; got {grid!r}")
     check_run(pair, task, split, limit, max_new_tokens, seed, hf_baseline, timing_pass)
     timing.check(threads, repeats, warmup)
-    distributed.check(executor, shard_size)
+    distributed.check(executor, shard_size, chunk_size)
+    mem.parse(memory)
     if not isinstance(recompute, bool):
         raise TypeError(f"recompute must be True or False; got {recompute!r}")
     entries = [{**DEFAULTS, **common, **e} for e in grid]
     for e in entries:
         check_entry(pair, e)
-    check_timing_limit(timing_limit, batch_size, entries, executor)
+    check_timing_limit(timing_limit, batch_size, entries)
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
     common_key = dict(seed=seed, max_new_tokens=max_new_tokens, device=device, threads=threads, repeats=repeats,
                       hf_baseline=hf_baseline, timing_pass=timing_pass, timing_limit=timing_limit)
@@ -297,12 +299,12 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
     run = dict(seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
                hf_baseline=hf_baseline, device=device, executor=executor, shard_size=shard_size,
-               timing_limit=timing_limit, batch_size=batch_size)
+               timing_limit=timing_limit, batch_size=batch_size, memory=memory, chunk_size=chunk_size)
     return Lookup(pair, task, split, limit, entries, keys, found, todo, reg, run)
 
 
-def check_timing_limit(timing_limit, batch_size, entries: list[dict], executor: str) -> None:
-    """Outputs in batches are exact for the greedy methods only, and computed in this process."""
+def check_timing_limit(timing_limit, batch_size, entries: list[dict]) -> None:
+    """Outputs in batches are exact for the greedy methods only."""
     if timing_limit is None:
         return
     if isinstance(timing_limit, bool) or not isinstance(timing_limit, int) or timing_limit < 1:
@@ -313,8 +315,6 @@ def check_timing_limit(timing_limit, batch_size, entries: list[dict], executor: 
         if e["method"] not in ("greedy", "small", "bild", "speculative") or e["do_sample"]:
             raise ValueError(f"timing_limit: outputs in batches are exact for greedy, small, bild and greedy "
                              f"speculative decoding; {_label(e)!r} needs timing_limit=None")
-    if executor != "local":
-        raise ValueError(f"timing_limit is for executor='local' (this process); got executor={executor!r}")
 
 
 def timed_indices(n: int, timing_limit: int | None, seed: int) -> list[int]:
@@ -340,13 +340,35 @@ def _run(s: Lookup, progress) -> list[dict]:
     entries, keys = [s.entries[i] for i in s.todo], [s.keys[i] for i in s.todo]
     executor, shard_size, hf_baseline = s.run["executor"], s.run["shard_size"], s.run["hf_baseline"]
     spec = dict(pair=pair, task=task, split=split, limit=limit, entries=entries, zoo=str(zoo_dir()),
-                **{k: v for k, v in s.run.items() if k not in ("executor", "shard_size", "timing_limit", "batch_size")})
+                **{k: v for k, v in s.run.items() if k in shard.SPEC})
     sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
     n, timed = len(tasks.load_task(task, split, limit=limit)), s.timed()
     label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
-    batched = None
+    batched, layouts, partials = None, None, [sweep_key]
     if s.run["timing_limit"] is not None:  # outputs for quality on every example, in batches (not timed)
-        batched = shard.outputs(spec, list(range(n)), s.run["batch_size"], progress=label if progress else False)
+
+        def in_chunks(spec, indices, names, batch_size, memory, progress):  # as Ray tasks, checkpointed by chunk
+            key = {"outputs": sweep_key, "names": names, "batch_size": batch_size}
+            partials.append(key)
+            got = reg.load_partial(key) if reg is not None else {}  # {first index: a finished chunk}
+            covered = {i for chunk in got.values() for i in chunk["indices"]}
+
+            def on_chunk(part, made):
+                got[part[0]] = {"indices": part, "outputs": {n: made[n][0] for n in names},
+                                "layouts": {n: made[n][1] for n in names}}
+                if reg is not None:
+                    reg.save_partial(key, got)
+
+            rest = [i for i in indices if i not in covered]
+            if rest:
+                distributed.run_chunks(spec, rest, names, batch_size, memory, on_chunk, executor=executor,
+                                       chunk_size=s.run["chunk_size"], progress=progress)
+            at = {i: (chunk, j) for chunk in got.values() for j, i in enumerate(chunk["indices"])}
+            return {n: ([at[i][0]["outputs"][n][at[i][1]] for i in indices],
+                        shard.merge_layouts([chunk["layouts"][n] for chunk in got.values()])) for n in names}
+
+        batched, layouts = shard.outputs(spec, list(range(n)), s.run["batch_size"], label if progress else False,
+                                         s.run["memory"], None if executor == "local" else in_chunks)
     done = reg.load_partial(sweep_key) if reg is not None else {}
     rest = [i for i in timed if i not in done]
     saved = [time.monotonic()]
@@ -372,73 +394,14 @@ def _run(s: Lookup, progress) -> list[dict]:
         if reg is not None and len(done) < len(timed) and done:
             reg.save_partial(sweep_key, done)  # interrupted: keep what finished
     # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used)
-    records = build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
-                            sweep=digest(sweep_key), batched=batched)
+    made = records.build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
+                                 sweep=digest(sweep_key), batched=batched, layouts=layouts)
     if reg is not None:
-        for key, record in zip(keys, records):
+        for key, record in zip(keys, made):
             reg.put(key, record)
-        reg.drop_partial(sweep_key)
-    return records
+        for key in partials:
+            reg.drop_partial(key)
+    return made
 
 
-def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
-                  batched: dict[str, list[list[int]]] | None = None) -> list[dict]:
-    """One record per policy from the timed rows (`done`, {index: row}): of every example, or, with `batched` (every
-    runner's output tokens on every example, `shard.outputs`), of a sample whose batch-1 outputs are checked against
-    the batched ones (`timed_identical`; a mismatch is a bug unless a numerical tie). Where each example was timed
-    (its row's `machine`) goes into the record's `machines` list, and each timed example's `machine` is its index
-    there; an example that was not timed has `seconds` None."""
-    pair, mnt = spec["pair"], spec["max_new_tokens"]
-    p = shard.load(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
-    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
-    missing = [i for i in range(len(examples)) if i not in done] if batched is None else []
-    if missing:
-        raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
-    eos = _eos_ids(p.large, None)
-    references = [ex["target"] for ex in examples]
-    names = shard.runner_names(spec["entries"], spec["hf_baseline"])
-    here = shard.machine(spec["device"])  # for rows checkpointed before rows said where they were timed
-    where, machines = {i: row.get("machine", here) for i, row in done.items()}, []
-    for i in sorted(where):
-        if where[i] not in machines:
-            machines.append(where[i])
-    records, made_with = [], versions()
-    for n, (e, key) in enumerate(zip(spec["entries"], keys)):
-        base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
-        rows, same = [], 0
-        for i in range(len(examples)):
-            timed = done.get(i)
-            r, b = timed[f"policy{n}"] if timed else None, timed[base] if timed else None
-            h = timed.get("hf_greedy") if timed and not e["do_sample"] else None
-            tokens = batched[f"policy{n}"][i] if batched else r["tokens"]
-            base_tokens = batched[base][i] if batched else b["tokens"]
-            same += bool(timed) and r["tokens"] == tokens and b["tokens"] == base_tokens
-            rows.append({"output": p.decode(tokens), "tokens": len(tokens),
-                         "seconds": timing.ns(r["seconds"]) if r else None,
-                         "stats": timing.ns(r["stats"]) if r else None, "truncated": truncated(tokens, mnt, eos),
-                         "baseline_output": p.decode(base_tokens), "baseline_tokens": len(base_tokens),
-                         "baseline_seconds": timing.ns(b["seconds"]) if b else None,
-                         "baseline_truncated": truncated(base_tokens, mnt, eos), "identical": tokens == base_tokens,
-                         "hf_seconds": timing.ns(h["seconds"]) if h else None,
-                         "hf_identical": h["tokens"] == base_tokens if h else None,
-                         "machine": machines.index(where[i]) if timed else None})
-        timed_rows = {"timed": sorted(done), "timed_identical": same} if batched else {}
-        if batched and same < len(done):
-            warnings.warn(f"{_label(e)} on {spec['pair']} {spec['split']}: {len(done) - same} of {len(done)} timed "
-                          f"examples' batch-1 outputs differ from the batched ones (a bug unless a numerical tie; "
-                          f"the record counts them: timed_identical)", stacklevel=2)
-        records.append({"key": key, "versions": made_with, **timed_rows,
-                        "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
-                        "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
-                                     "interleaved_with": names, "sweep": sweep},
-                        "machines": machines, "examples": rows})
-    return records
-
-
-def _label(e: dict) -> str:
-    """e.g. 'bild fb=0.5 rb=3 (small)', for progress bars."""
-    if e["method"] == "bild":
-        return f"bild fb={e['fallback']:g} rb={e['rollback']:g} ({e['draft']})"
-    if e["method"] == "speculative":
-        return f"speculative k={e['k']}" + (f" sampling T={e['temperature']:g}" if e["do_sample"] else "")
-    return e["method"]
+_label = records.label

@@ -17,6 +17,11 @@ from .decoding import generate
 from .models import load_pair
 
 
+# what a shard's or a chunk's work is a function of, besides its examples: a plain dict, sent to Ray tasks as it is
+SPEC = ("pair", "task", "split", "limit", "entries", "zoo", "seed", "max_new_tokens", "warmup", "threads", "repeats",
+        "hf_baseline", "device")
+
+
 @lru_cache(maxsize=4)
 def load(name: str, draft: str, device: str, root: str):  # `root`: the zoo folder, part of the cache key
     return load_pair(name, aligned=draft == "aligned", early_exit=draft == "early-exit", device=device)
@@ -105,44 +110,73 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
         temperature=e["temperature"], seed=seed + i if e["do_sample"] else None, **_policy_kwargs(e)))
 
 
-def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool | str = False
-            ) -> dict[str, list[list[int]]]:
+def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool | str = False, memory=None,
+            compute=None) -> tuple[dict[str, list[list[int]]], dict[str, dict]]:
     """Every runner's greedy output tokens for the examples `indices`, computed in batches (`batch.generate_batch`,
-    token for token the engine's): {runner name: [tokens per index]} for the vanilla large model ("greedy") and each
-    policy. Not timed (on the protocol's thread count): outputs for quality, on whole splits; the protocol times a
-    sample at batch 1 (`time_shard`). An output this process already computed (the vanilla model's in every sweep of
-    a split, a policy's in a second timing pass) is taken from memory (`_OUTPUTS`). `progress`: a bar over the
-    runners."""
+    token for token the engine's): ({runner name: [tokens per index]}, {runner name: its batches' layout}) for the
+    vanilla large model ("greedy") and each policy. Not timed: outputs for quality, on whole splits; the protocol
+    times a sample at batch 1 (`time_shard`). An output this process already computed (the vanilla model's in every
+    sweep of a split, a policy's in a second timing pass) is taken from memory (`_OUTPUTS`). The others are computed
+    by `compute(spec, indices, names, batch_size, memory, progress)` (default `compute_outputs`, here; the Ray
+    executor passes one that computes them in chunks of examples on its devices)."""
+    names = ["greedy"] + [f"policy{n}" for n in range(len(spec["entries"]))]
+    keys = {name: output_key(spec, _entry(spec, name), indices, batch_size) for name in names}
+    missing = [name for name in names if keys[name] not in _OUTPUTS]
+    if missing:
+        made = (compute or compute_outputs)(spec, indices, missing, batch_size, memory, progress)
+        for name in missing:
+            _OUTPUTS[keys[name]] = made[name]
+            while len(_OUTPUTS) > OUTPUTS_KEPT:
+                _OUTPUTS.popitem(last=False)
+    return ({name: _OUTPUTS[keys[name]][0] for name in names}, {name: _OUTPUTS[keys[name]][1] for name in names})
+
+
+def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size: int, memory=None,
+                    progress: bool | str = False) -> dict[str, tuple[list[list[int]], dict]]:
+    """The runners `names`' batched outputs for the examples `indices` on this process's device, on the protocol's
+    thread count: {name: ([tokens per index], layout)}, layout = {"memory": budget bytes, "batches": batches
+    decoded, "largest": rows of the largest, "splits": out-of-memory splits}. Also a Ray task's work (one chunk)."""
     from .batch import generate_batch
 
     pairs, xs = _models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
     mnt = spec["max_new_tokens"]
-    names = ["greedy"] + [f"policy{n}" for n in range(len(spec["entries"]))]
     if progress:
         names = timing.progress_bar(names, desc=f"{progress} (outputs in batches of {batch_size})")
     out = {}
     with timing.fixed_threads(spec["threads"]):
         for name in names:
-            e = spec["entries"][int(name[6:])] if name != "greedy" else {"method": "greedy", "draft": "small"}
-            key = output_key(spec, e, indices, batch_size)
-            if key not in _OUTPUTS:
-                q = pairs.get(e["draft"], p)
-                if e["method"] in ("greedy", "small"):
-                    outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
-                                          batch_size=batch_size)
-                else:
-                    outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
-                                          **_policy_kwargs(e))
-                _OUTPUTS[key] = [o.tokens for o in outs]
-                while len(_OUTPUTS) > OUTPUTS_KEPT:
-                    _OUTPUTS.popitem(last=False)
-            out[name] = _OUTPUTS[key]
+            e, report = _entry(spec, name), {}
+            q = pairs.get(e["draft"], p)
+            if e["method"] in ("greedy", "small"):
+                outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
+                                      batch_size=batch_size, memory=memory, report=report)
+            else:
+                outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
+                                      memory=memory, report=report, **_policy_kwargs(e))
+            out[name] = ([o.tokens for o in outs], layout(report))
     return out
 
 
+def layout(report: dict) -> dict:
+    """What a record says of how its outputs were batched (`generate_batch`'s report, summed over chunks)."""
+    return {"memory": report["memory"], "batches": len(report["batches"]), "largest": max(report["batches"], default=0),
+            "splits": report["splits"]}
+
+
+def merge_layouts(parts: list[dict]) -> dict:
+    """The layouts of one runner's chunks as one (the smallest budget: devices may differ in free memory)."""
+    return {"memory": min(p["memory"] for p in parts), "batches": sum(p["batches"] for p in parts),
+            "largest": max(p["largest"] for p in parts), "splits": sum(p["splits"] for p in parts)}
+
+
+def _entry(spec: dict, name: str) -> dict:
+    """The policy a runner of `outputs` decodes with ("greedy": the large model alone)."""
+    return spec["entries"][int(name[6:])] if name != "greedy" else {"method": "greedy", "draft": "small"}
+
+
 OUTPUTS_KEPT = 256  # runners' batched outputs kept in memory (a toy one: 1,000 short token lists)
-_OUTPUTS: OrderedDict[tuple, list[list[int]]] = OrderedDict()
+_OUTPUTS: OrderedDict[tuple, tuple[list[list[int]], dict]] = OrderedDict()  # key -> (tokens, layout)
 
 
 def output_key(spec: dict, e: dict, indices: list[int] | None, batch_size: int) -> tuple:

@@ -35,11 +35,13 @@ def untimed(record: dict) -> dict:
     """A record without what depends on the clock or on where it ran."""
     r = json.loads(json.dumps(record))
     del r["machines"]
+    r.pop("batching", None)  # how many batches a device's memory made of the outputs
     r["summary"] = {k: v for k, v in r["summary"].items() if "speedup" not in k and "per_second" not in k}
     for e in r["examples"]:
         for k in ("seconds", "baseline_seconds", "hf_seconds", "machine"):
             del e[k]
-        e["stats"] = {k: v for k, v in e["stats"].items() if not k.endswith("seconds")}
+        if e["stats"] is not None:  # None: not timed
+            e["stats"] = {k: v for k, v in e["stats"].items() if not k.endswith("seconds")}
     return r
 
 
@@ -147,6 +149,76 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_ru
     assert [untimed(r) for r in runs] == [untimed(r) for r in local]
 
 
+SAMPLED = dict(FAST, timing_limit=3, batch_size=2)  # outputs of all 6 examples in batches, 3 of them timed
+BATCHED = GRID[:2] + [{"method": "small"}]
+
+
+def submitted_chunks(monkeypatch) -> list:
+    """Record the chunks of outputs the driver submits."""
+    parts, real = [], distributed.run_chunks
+
+    def spy(spec, indices, *a, chunk_size=None, **kw):
+        parts.extend(list(indices[s:s + chunk_size]) for s in range(0, len(indices), chunk_size))
+        return real(spec, indices, *a, chunk_size=chunk_size, **kw)
+    monkeypatch.setattr(distributed, "run_chunks", spy)
+    return parts
+
+
+def test_a_ray_sweep_with_a_timed_sample_gives_the_records_of_a_local_run(ray_runtime, fake_zoo, tmp_path,
+                                                                         monkeypatch):
+    shard._OUTPUTS.clear()  # nothing computed before, in this process
+    local = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "local", **SAMPLED)
+    shard._OUTPUTS.clear()
+    chunks, parts = submitted_chunks(monkeypatch), submitted(monkeypatch)
+    far = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "ray", executor="ray", chunk_size=4, shard_size=2,
+                   **SAMPLED)
+    assert chunks == [[0, 1, 2, 3], [4, 5]]  # every example's outputs, in chunks of 4
+    timed = ev.timed_indices(6, 3, 0)
+    assert parts == chunks + [timed[:2], timed[2:]]  # the outputs first, then the timed sample in shards of 2
+    for r, q in zip(far, local):
+        assert r["timed"] == q["timed"] == timed and r["timed_identical"] == 3
+        assert [e["output"] for e in r["examples"]] == [e["output"] for e in q["examples"]]
+        assert [e["seconds"] is None for e in r["examples"]] == [i not in timed for i in range(6)]
+        assert r["batching"]["policy"]["batches"] == 3 and q["batching"]["policy"]["batches"] == 3  # 2 rows each
+    assert [untimed(r) for r in far] == [untimed(r) for r in local]  # outputs, scores, token counts, identical...
+    assert registry_files(tmp_path / "ray") == registry_files(tmp_path / "local")
+    assert not (tmp_path / "ray" / ".partial").exists()
+
+
+class StopAfterFirstChunk(ev.Registry):
+    """A registry whose sweep is interrupted (Ctrl-C) right after it checkpointed its first chunk of outputs."""
+
+    calls = 0
+
+    def save_partial(self, sweep_key, rows):
+        super().save_partial(sweep_key, rows)
+        if "outputs" in sweep_key:
+            StopAfterFirstChunk.calls += 1
+            if StopAfterFirstChunk.calls == 1:
+                raise KeyboardInterrupt
+
+
+def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(ray_runtime, fake_zoo, tmp_path,
+                                                                          monkeypatch):
+    reg = tmp_path / "ray"
+    shard._OUTPUTS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        ev.sweep("toy-mt", BATCHED, registry=StopAfterFirstChunk(reg), executor="ray", chunk_size=3, **SAMPLED)
+    assert not Registry(reg).files()  # no record, not even half of one
+    (partial,) = reg.rglob(".partial/*.json")
+    (first,) = json.loads(partial.read_text())["rows"].values()
+    assert first["indices"] in ([0, 1, 2], [3, 4, 5])  # one whole chunk
+
+    shard._OUTPUTS.clear()  # a new process
+    chunks = submitted_chunks(monkeypatch)
+    runs = ev.sweep("toy-mt", BATCHED, registry=reg, executor="ray", chunk_size=3, **SAMPLED)
+    assert chunks == [[i for i in range(6) if i not in first["indices"]]]  # only the chunk that had not finished
+    assert not (reg / ".partial").exists()
+    shard._OUTPUTS.clear()
+    local = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "local", **SAMPLED)
+    assert [untimed(r) for r in runs] == [untimed(r) for r in local]
+
+
 KERNEL = """
 import sys
 from jupyter_client.manager import start_new_kernel
@@ -231,7 +303,7 @@ class FakeRay:
             def options(self, **_):
                 return self
 
-            def remote(self, spec, part, env):
+            def remote(self, spec, part, *rest):
                 ray.refs.append((len(ray.refs), tuple(part)))
                 return ray.refs[-1]
         return Task()
@@ -245,6 +317,9 @@ class FakeRay:
     def cancel(self, ref, force=False):
         self.cancelled.append((ref[0], force))
 
+    def is_initialized(self):
+        return True  # connected before the sweep: the driver neither starts nor stops a runtime
+
 
 def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
     # an interrupted worker (ray.cancel without force) is reused by Ray; interrupted inside `import torch` it failed
@@ -257,7 +332,12 @@ def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
             raise KeyboardInterrupt
 
     spec = {"device": "cpu", "threads": 1}
-    with pytest.raises(KeyboardInterrupt):
-        distributed._run_shards(ray, spec, list(range(10)), on_rows, 2, progress=False)
+    distributed_ray = distributed._ray
+    try:
+        distributed._ray = lambda: ray
+        with pytest.raises(KeyboardInterrupt):
+            distributed.run_shards(spec, list(range(10)), on_rows, executor="ray", shard_size=2)
+    finally:
+        distributed._ray = distributed_ray
     assert seen == [[0, 1], [2, 3]]
     assert ray.cancelled == [(2, True), (3, True), (4, True)]  # the three shards not finished, each killed

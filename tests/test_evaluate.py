@@ -330,8 +330,12 @@ def test_timing_limit_refuses_what_batches_cannot_give(fake_zoo, tmp_path):
             ev.sweep("toy-mt", [entry], registry=tmp_path, timing_limit=2, **FAST)
     with pytest.raises(ValueError, match="timing_limit must be None or an integer >= 1; got 0"):
         ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=0, **FAST)
-    with pytest.raises(ValueError, match="timing_limit is for executor='local'"):
-        ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=2, executor="ray", check_only=True, **FAST)
+    assert ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=2, executor="ray", check_only=True,
+                    **FAST) is None  # outputs in batches fan out over Ray too (tests/test_distributed.py)
+    with pytest.raises(ValueError, match="memory must be None .* got 'lots'"):
+        ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=2, memory="lots", check_only=True, **FAST)
+    with pytest.raises(ValueError, match="chunk_size must be None .* got 0"):
+        ev.sweep("toy-mt", [{}], registry=tmp_path, timing_limit=2, chunk_size=0, check_only=True, **FAST)
 
 
 def test_a_notebooks_timing_limit_is_checked_before_anything_runs():

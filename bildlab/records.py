@@ -1,0 +1,84 @@
+"""A sweep's records, built from its timed rows and (with `timing_limit`) every example's batched outputs: the rows
+a record holds, its summary, where each example was timed and how its outputs were batched."""
+
+from __future__ import annotations
+
+import warnings
+
+from . import shard, tasks, timing
+from .decoding import _eos_ids, truncated
+from .registry import versions
+from .summary import summarize
+
+
+def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
+                  batched: dict[str, list[list[int]]] | None = None, layouts: dict[str, dict] | None = None
+                  ) -> list[dict]:
+    """One record per policy from the timed rows (`done`, {index: row}): of every example, or, with `batched` (every
+    runner's output tokens on every example, `shard.outputs`), of a sample whose batch-1 outputs are checked against
+    the batched ones (`timed_identical`; a mismatch is a bug unless a numerical tie). Where each example was timed
+    (its row's `machine`) goes into the record's `machines` list, and each timed example's `machine` is its index
+    there; an example that was not timed has `seconds` None. Speedups are ratios of times taken on one kind of device:
+    rows timed on different device models (`device_name`) are refused. `layouts` ({runner: how its outputs were
+    batched}, `shard.outputs`) go into each record as `batching` (its policy's and the vanilla model's)."""
+    pair, mnt = spec["pair"], spec["max_new_tokens"]
+    p = shard.load(pair, spec["entries"][0]["draft"], spec["device"], spec["zoo"])
+    examples = tasks.load_task(spec["task"], spec["split"], limit=spec["limit"])
+    missing = [i for i in range(len(examples)) if i not in done] if batched is None else []
+    if missing:
+        raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
+    eos = _eos_ids(p.large, None)
+    references = [ex["target"] for ex in examples]
+    names = shard.runner_names(spec["entries"], spec["hf_baseline"])
+    here = shard.machine(spec["device"])  # for rows checkpointed before rows said where they were timed
+    where, machines = {i: row.get("machine", here) for i, row in done.items()}, []
+    for i in sorted(where):
+        if where[i] not in machines:
+            machines.append(where[i])
+    kinds = sorted({m["device_name"] for m in machines})
+    if len(kinds) > 1:
+        raise ValueError(f"the timed examples of {spec['pair']} {spec['split']} were timed on {', '.join(kinds)}: a "
+                         f"speedup is a ratio of times taken on one kind of device; time the sweep on one GPU type "
+                         f"(a Ray accelerator_type), or drop its checkpoint (.partial/) and rerun it there")
+    records, made_with = [], versions()
+    for n, (e, key) in enumerate(zip(spec["entries"], keys)):
+        base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
+        rows, same = [], 0
+        for i in range(len(examples)):
+            timed = done.get(i)
+            r, b = timed[f"policy{n}"] if timed else None, timed[base] if timed else None
+            h = timed.get("hf_greedy") if timed and not e["do_sample"] else None
+            tokens = batched[f"policy{n}"][i] if batched else r["tokens"]
+            base_tokens = batched[base][i] if batched else b["tokens"]
+            same += bool(timed) and r["tokens"] == tokens and b["tokens"] == base_tokens
+            rows.append({"output": p.decode(tokens), "tokens": len(tokens),
+                         "seconds": timing.ns(r["seconds"]) if r else None,
+                         "stats": timing.ns(r["stats"]) if r else None, "truncated": truncated(tokens, mnt, eos),
+                         "baseline_output": p.decode(base_tokens), "baseline_tokens": len(base_tokens),
+                         "baseline_seconds": timing.ns(b["seconds"]) if b else None,
+                         "baseline_truncated": truncated(base_tokens, mnt, eos), "identical": tokens == base_tokens,
+                         "hf_seconds": timing.ns(h["seconds"]) if h else None,
+                         "hf_identical": h["tokens"] == base_tokens if h else None,
+                         "machine": machines.index(where[i]) if timed else None})
+        timed_rows = {"timed": sorted(done), "timed_identical": same} if batched else {}
+        if layouts:
+            timed_rows["batching"] = {"policy": layouts[f"policy{n}"], "vanilla": layouts["greedy"]}
+        if batched and same < len(done):
+            warnings.warn(f"{label(e)} on {spec['pair']} {spec['split']}: {len(done) - same} of {len(done)} timed "
+                          f"examples' batch-1 outputs differ from the batched ones (a bug unless a numerical tie; "
+                          f"the record counts them: timed_identical)", stacklevel=2)
+        records.append({"key": key, "versions": made_with, **timed_rows,
+                        "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
+                        "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
+                                     "interleaved_with": names, "sweep": sweep},
+                        "machines": machines, "examples": rows})
+    return records
+
+
+def label(e: dict) -> str:
+    """e.g. 'bild fb=0.5 rb=3 (small)', for progress bars and messages."""
+    if e["method"] == "bild":
+        return f"bild fb={e['fallback']:g} rb={e['rollback']:g} ({e['draft']})"
+    if e["method"] == "speculative":
+        return f"speculative k={e['k']}" + (f" sampling T={e['temperature']:g}" if e["do_sample"] else "")
+    return e["method"]
