@@ -75,10 +75,19 @@ def _study(args) -> int:
         print(format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile))
         return 0
     _check_machine(args.profile, args.notebook, args.params, overrides)
-    from .runner import run_study
+    from .plan import check
+    from .runner import NotebookFailed, run_study
 
-    run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides, params_file=args.params,
-              recompute=args.recompute)
+    from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
+    check(args.profile, args.notebook, {**from_file, **overrides})  # every sweep each notebook would make
+    try:
+        run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides,
+                  params_file=args.params, recompute=args.recompute)
+    except NotebookFailed as e:
+        if args.verbose and e.traceback:
+            print(e.traceback, file=sys.stderr)
+        print(f"bildlab study: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -174,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="override a parameter in every chosen notebook (YAML value), like papermill -p")
     study.add_argument("--params", default=None, type=_file,
                        help="a YAML file of parameters for every chosen notebook")
+    study.add_argument("--verbose", action="store_true",
+                       help="on a failed notebook, print the failing cell's traceback too (default: one line)")
     study.add_argument("--recompute", action="store_true",
                        help="recompute the records that other library versions made (default: replay them)")
     study.set_defaults(run=_study)

@@ -66,12 +66,19 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 check_policy("bild", rollback_rule=params[name])
             except (ValueError, TypeError) as e:
                 raise ParameterError(f"rollback_rule: {e}") from None
-        elif name in ("executor", "shard_size"):
+        elif name in ("executor", "shard_size", "chunk_size"):
             from .distributed import check
 
             try:
-                check(params.get("executor", "local"), params.get("shard_size"))
+                check(params.get("executor", "local"), params.get("shard_size"), params.get("chunk_size"))
             except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
+                raise ParameterError(str(e)) from None
+        elif name == "memory":
+            from .memory import parse
+
+            try:
+                parse(params[name])
+            except ValueError as e:
                 raise ParameterError(str(e)) from None
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")

@@ -90,6 +90,28 @@ class Planner:
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
 
 
+class _Checker(Planner):
+    """A plan that reads no registry (fast): every sweep is checked by `evaluate.lookup` as the notebook would make
+    it, with placeholder records where the questions read measured numbers."""
+
+    def sweep(self, pair: str, grid: list[dict], **run) -> list[dict]:
+        return super().sweep(pair, grid, **{**run, "registry": None})
+
+
+def check(profile: str = "toy", notebooks: list[str] | None = None, overrides: dict | None = None) -> None:
+    """Every sweep the chosen notebooks would make with these parameters, checked before anything runs: a combination
+    that cannot run (e.g. timing_limit with sampled rows) is a ParameterError naming the notebook."""
+    from .params import ParameterError
+
+    for name in notebooks or notebook_names():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                plan(profile, [name], overrides, planner=_Checker())
+        except (ValueError, TypeError) as e:
+            raise ParameterError(f"{name}: {e}") from None
+
+
 def _placeholder(key: dict, n: int, metric: str) -> dict:
     s = {"metric": metric, "examples": n, "score": 0.0, "score_ci": [0.0, 0.0], "baseline_score": 0.0,
          "baseline_score_ci": [0.0, 0.0], "delta": 0.0, "delta_ci": [0.0, 0.0], "identical": 1.0, "identical_count": n,

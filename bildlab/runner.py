@@ -16,6 +16,15 @@ NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "params"
 
 
+class NotebookFailed(RuntimeError):
+    """A study notebook raised: its message is one line (the notebook, the cell, the exception's last line and where
+    the executed notebook is); `traceback` holds the cell's traceback as papermill gave it."""
+
+    def __init__(self, message: str, traceback: str = ""):
+        super().__init__(message)
+        self.traceback = traceback
+
+
 def notebook_names() -> list[str]:
     return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb") if not p.name.startswith("."))  # not a run in progress
 
@@ -86,11 +95,17 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
             with kernel_config() as kernel:
                 pm.execute_notebook(str(path), str(tmp), parameters=params, cwd=str(NOTEBOOKS), progress_bar=False,
                                     kernel_name="python3", config=kernel)
-        except BaseException:
+        except BaseException as e:
             failed = out / f".{name}.failed.ipynb"  # hidden: not a notebook of the study
             if tmp.exists():
                 os.replace(tmp, failed)  # keep the evidence, never under the finished name
-                print(f"[study] {name} failed; see {failed}", file=sys.stderr)
+            if isinstance(e, pm.PapermillExecutionError):  # the cause in one line; the traceback for --verbose
+                cell = f"cell {e.exec_count}" if e.exec_count is not None else f"cell {e.cell_index + 1}"
+                last = f"{e.ename}: {e.evalue}".strip().splitlines()[-1] if e.evalue else e.ename
+                raise NotebookFailed(f"{name} failed in {cell}: {last}; the executed notebook: {failed}",
+                                     _plain("\n".join(e.traceback or []))) from None
+            if tmp.exists() or failed.exists():
+                print(f"[study] {name} stopped; see {failed}", file=sys.stderr)
             raise
         _clean(tmp)
         os.replace(tmp, target)
@@ -98,6 +113,13 @@ def run_study(profile: str = "toy", notebooks: list[str] | None = None, out: str
     if stored and set(chosen) == set(known):
         update_readme()  # the README's table of toy results, regenerated from the registry
     return written
+
+
+def _plain(text: str) -> str:
+    """A traceback without the terminal's colour codes."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 # The kernel talks to papermill over local sockets, not TCP: nothing to eavesdrop on, and ipykernel then does not warn
@@ -112,14 +134,18 @@ def kernel_config():
     """The kernel manager's configuration for one notebook run. Over ipc, jupyter_client names the sockets
     `<ip>-1` ... `<ip>-5`, picking the first numbers with no file yet, and `ip` defaults to "kernel-ipc" in the working
     directory (notebooks/): two study runs at once would pick the same sockets before either kernel binds them, and
-    one kernel would answer the other's client. So each kernel gets its own directory, removed afterwards."""
+    one kernel would answer the other's client. So each kernel gets its own directory, removed afterwards.
+    jupyter_client interrupts a kernel before it asks it to shut down, and ipykernel logs that interrupt as an error
+    ("KeyboardInterrupt caught in kernel") into this terminal after a good run: the kernel logs only what is critical
+    (a cell's error reaches the user through papermill, in one line: `NotebookFailed`)."""
     from traitlets.config import Config
 
+    quiet = {"NotebookClient": {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"]}}
     if KERNEL_TRANSPORT != "ipc":
-        yield Config({"KernelManager": {"transport": KERNEL_TRANSPORT}})
+        yield Config({"KernelManager": {"transport": KERNEL_TRANSPORT}, **quiet})
         return
     with tempfile.TemporaryDirectory(prefix="bildlab-kernel-") as sockets:
-        yield Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+        yield Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}, **quiet})
 
 
 def _clean(path: Path) -> None:
