@@ -27,11 +27,12 @@ def _demo(args) -> int:
         large, small = pair.large, pair.small
         inputs = pair.inputs("test", limit=args.n)
         what = f"{args.pair} from the shipped zoo, its first {len(inputs)} test sources"
-    methods = ("greedy", "speculative", "bild")
-    r = compare(large, small, inputs, methods, max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads)
+    methods, policy = ("greedy", "speculative", "bild"), dict(k=4, fallback=0.6, rollback=5.0)
+    r = compare(large, small, inputs, methods, max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads,
+                **policy)
     n = len(inputs)
     print(f"{what}; max {args.max_new_tokens} new tokens, threads={args.threads}, 1 warm-up decode, "
-          f"speculative k=4, BiLD fallback 0.6 rollback 5")
+          f"speculative k={policy['k']}, BiLD fallback {policy['fallback']} rollback {policy['rollback']}")
     print(f"{'method':>12} {'tokens':>7} {'large calls':>12} {'small-model tokens':>19}  "
           f"{'speedup over greedy [95% CI]':<29} identical to greedy")
     for name in methods:
@@ -113,7 +114,6 @@ def _registry(args) -> int:
             from .plan import Planner, plan, unused
 
             runner.use_root(runner.find_root())
-
             planner = Planner()
             plan(args.profile, overrides={"registry": str(Path(root).resolve())}, planner=planner)
             for path in unused(root, planner.read):

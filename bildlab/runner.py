@@ -50,8 +50,11 @@ def find_root(root: str | os.PathLike | None = None) -> Path:
 
 
 def use_root(root: str | os.PathLike) -> None:
-    """Read and write the study in `root` (what `find_root` found) from now on."""
+    """Read and write the study in `root` (what `find_root` found) from now on; the root in use already keeps its
+    NOTEBOOKS and PARAMS as they are (a caller may have pointed them elsewhere)."""
     global ROOT, NOTEBOOKS, PARAMS
+    if Path(root) == ROOT:
+        return
     ROOT = Path(root)
     NOTEBOOKS, PARAMS = ROOT / "notebooks", ROOT / "params"
 
