@@ -14,6 +14,7 @@ import transformers
 
 from . import timing
 from .decoding import generate
+from .intervals import interval, ratio_of_sums
 
 METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
 LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
@@ -71,6 +72,18 @@ class Result:
     tokens: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, list[list[int]]] = field(default_factory=dict)
     large_calls: dict[str, int] = field(default_factory=dict)
+    small_tokens: dict[str, int] = field(default_factory=dict)
+    per_input: dict[str, list[float]] = field(default_factory=dict)  # each input's seconds
+
+    def speedup(self, name: str, baseline: str = "greedy") -> tuple[float, float, float]:
+        """The baseline's time over `name`'s, summed over the inputs, and its 95% paired-bootstrap interval (as the
+        study's speedups: `intervals.ratio_of_sums`)."""
+        base, t = self.per_input[baseline], self.per_input[name]
+        return (sum(base) / sum(t), *interval(lambda idx: ratio_of_sums(base, t, idx), len(t)))
+
+    def same(self, name: str, reference: str = "greedy") -> int:
+        """How many inputs `name` decoded to exactly the tokens of `reference`."""
+        return sum(a == b for a, b in zip(self.outputs[name], self.outputs[reference]))
 
     def tokens_per_second(self, name: str) -> float:
         return self.tokens[name] / self.seconds[name]
@@ -121,6 +134,8 @@ def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_ne
         result.seconds[name] = sum(row[name]["seconds"] for row in rows)
         result.tokens[name] = sum(len(row[name]["tokens"]) for row in rows)
         result.outputs[name] = [row[name]["tokens"] for row in rows]
+        result.per_input[name] = [row[name]["seconds"] for row in rows]
+        result.small_tokens[name] = sum(row[name]["stats"].get("small_tokens", 0) for row in rows)
         calls = sum(row[name]["stats"].get("large_calls", 0) for row in rows)
         if calls:
             result.large_calls[name] = calls

@@ -1,7 +1,7 @@
 """The `bildlab` command line.
 
     bildlab demo        decode a few inputs with every method and print the statistics
-    bildlab zoo         (re)build the toy model zoo in data/zoo and its card
+    bildlab zoo         (re)build the toy model zoo in bildlab/_zoo and its card
     bildlab study       run the study notebooks through papermill (toy profile by default)
     bildlab registry    look after a results registry (--migrate: keys of bildlab <= 0.2 to keys without versions)
 """
@@ -15,29 +15,33 @@ from pathlib import Path
 
 
 def _demo(args) -> int:
-    import torch
-
     from .benchmark import compare, random_pair
-    from .decoding import generate
 
     if args.pair == "random":
-        large, small, inputs = random_pair(args.n + 1)
+        large, small, inputs = random_pair(args.n)
+        what = "a random T5 pair (6 and 2 layers, no zoo needed), random inputs"
     else:
         from . import load_pair
 
         pair = load_pair(args.pair)
         large, small = pair.large, pair.small
-        inputs = pair.inputs("test", limit=args.n + 1)
-    torch.set_num_threads(args.threads)
-    x = inputs[0]
-    for method in ("greedy", "speculative", "bild"):
-        out = generate(large, x, small=small, method=method, max_new_tokens=args.max_new_tokens)
-        st = out.stats
-        print(f"{method:>12}: {len(out.tokens)} tokens, {st['large_calls']} large calls, {st['small_tokens']} from "
-              f"the small model, {st['seconds'] * 1000:.0f} ms")
-    result = compare(large, small, inputs[1:], max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads)
-    for row in result.table():
-        print(row)
+        inputs = pair.inputs("test", limit=args.n)
+        what = f"{args.pair} from the shipped zoo, its first {len(inputs)} test sources"
+    methods, policy = ("greedy", "speculative", "bild"), dict(k=4, fallback=0.6, rollback=5.0)
+    r = compare(large, small, inputs, methods, max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads,
+                **policy)
+    n = len(inputs)
+    print(f"{what}; max {args.max_new_tokens} new tokens, threads={args.threads}, 1 warm-up decode, "
+          f"speculative k={policy['k']}, BiLD fallback {policy['fallback']} rollback {policy['rollback']}")
+    print(f"{'method':>12} {'tokens':>7} {'large calls':>12} {'small-model tokens':>19}  "
+          f"{'speedup over greedy [95% CI]':<29} identical to greedy")
+    for name in methods:
+        value, lo, hi = r.speedup(name)
+        speed = "1x" if name == "greedy" else f"{value:.2f}x [{lo:.2f}, {hi:.2f}]"
+        print(f"{name:>12} {r.tokens[name]:>7} {r.large_calls.get(name, 0):>12} {r.small_tokens[name]:>19}  "
+              f"{speed:<29} {r.same(name)}/{n}")
+    print(f"speedup: greedy's time over the method's, summed over the {n} inputs (paired bootstrap); speculative "
+          f"decoding is lossless by construction, BiLD is not")
     return 0
 
 
@@ -58,7 +62,14 @@ def _zoo(args) -> int:
 def _study(args) -> int:
     import yaml
 
+    from . import runner
     from .params import ParameterError
+
+    runner.use_root(runner.find_root(args.root))  # no study: one line, exit status 2
+    known = runner.notebook_names()
+    for name in args.notebook or []:
+        if name not in known:
+            args.parser.error(f"argument --notebook: invalid choice: {name!r} (choose from {', '.join(known)})")
 
     overrides = {}
     for name, value in args.param or []:
@@ -108,8 +119,10 @@ def _registry(args) -> int:
             n = Registry(root).compact()
             print(f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)")
         if args.unused or args.prune:
+            from . import runner
             from .plan import Planner, plan, unused
 
+            runner.use_root(runner.find_root())
             planner = Planner()
             plan(args.profile, overrides={"registry": str(Path(root).resolve())}, planner=planner)
             for path in unused(root, planner.read):
@@ -151,18 +164,19 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .params import ParameterError
-    from .runner import notebook_names
 
     ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
     sub = ap.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="decode a few inputs with every method and print the statistics")
-    demo.add_argument("--pair", default="random", help="'random' (a tiny random T5 pair) or a zoo pair name")
-    demo.add_argument("--n", type=_positive, default=8, help="inputs to time (default 8)")
+    demo.add_argument("--pair", default="toy-mt",
+                      help="a pair name (default toy-mt, from the zoo shipped in the package) or 'random' (a tiny "
+                           "random T5 pair: engine overhead only, its small model is never confident)")
+    demo.add_argument("--n", type=_positive, default=20, help="inputs to time (default 20)")
     demo.add_argument("--max-new-tokens", type=int, default=32)
     demo.add_argument("--threads", type=int, default=1)
     demo.set_defaults(run=_demo)
     zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
-    zoo.add_argument("--out", default=None, help="output folder (default: data/zoo of this checkout)")
+    zoo.add_argument("--out", default=None, help="output folder (default: bildlab/_zoo, the zoo the package ships)")
     zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
                      help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature")
     zoo.add_argument("--seed", type=int, default=0)
@@ -174,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     study = sub.add_parser("study", help="run the study notebooks through papermill into a run folder")
     study.add_argument("--profile", default="toy", choices=("toy", "paper"),
                        help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box")
-    study.add_argument("--notebook", action="append", choices=notebook_names(), metavar="NOTEBOOK",
+    study.add_argument("--root", default=None, metavar="CHECKOUT",
+                       help="the study checkout (notebooks/, params/); default $BILDLAB_ROOT, else the current "
+                            "folder or the first above it that holds one")
+    study.add_argument("--notebook", action="append", metavar="NOTEBOOK",
                        help="run only this notebook (name without .ipynb); repeatable")
     study.add_argument("--plan", action="store_true",
                        help="print the sweeps, the decodes still to run and an estimate of the hours; run nothing")
@@ -187,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="on a failed notebook, print the failing cell's traceback too (default: one line)")
     study.add_argument("--recompute", action="store_true",
                        help="recompute the records that other library versions made (default: replay them)")
-    study.set_defaults(run=_study)
+    study.set_defaults(run=_study, parser=study)
     registry = sub.add_parser("registry", help="look after a results registry")
     registry.add_argument("root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)")
     what = registry.add_mutually_exclusive_group(required=True)

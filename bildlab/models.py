@@ -108,8 +108,9 @@ class Pair:
 
 
 def zoo_dir() -> Path:
-    """The shipped toy zoo: data/zoo next to the package (or $BILDLAB_ZOO)."""
-    return Path(os.environ.get(ZOO_ENV) or Path(__file__).resolve().parent.parent / "data" / "zoo")
+    """The shipped toy zoo: `_zoo` inside the package, package data of the wheel and the sdist, so a checkout, an
+    editable and a plain install all find it (or $BILDLAB_ZOO)."""
+    return Path(os.environ.get(ZOO_ENV) or Path(__file__).resolve().parent / "_zoo")
 
 
 def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, device: str | torch.device = "cpu",
@@ -280,7 +281,7 @@ def _load_model(path: Path, dtype: torch.dtype):
 
 
 def read_card() -> dict:
-    """The zoo card (data/zoo/card.json): configs, sizes, training commands and measured metrics."""
+    """The zoo card (bildlab/_zoo/card.json): configs, sizes, training commands and measured metrics."""
     path = zoo_dir() / "card.json"
     if not path.is_file():
         raise FileNotFoundError(f"zoo card missing at {path}; rebuild the zoo with `{REBUILD}`")

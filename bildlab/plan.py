@@ -19,9 +19,9 @@ import warnings
 from pathlib import Path
 
 from . import evaluate as ev
-from . import shard, study
+from . import runner, shard, study
 from .registry import Registry, digest
-from .runner import NOTEBOOKS, notebook_defaults, notebook_names, profile_params
+from .runner import notebook_defaults, notebook_names, profile_params
 from .tasks import PAPER_TASKS, task_metric
 
 # Seconds per decode of the vanilla large model at batch 1, the unit of the estimate. Paper tasks, on a T4-class GPU:
@@ -131,7 +131,7 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
             params = {**notebook_defaults(name), **profile_params(profile, name), **(overrides or {})}
             if profile != "toy":
                 params["registry"] = (overrides or {}).get("registry", f"../results/{profile}")
-            params["registry"] = str((NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
+            params["registry"] = str((runner.NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
             params.pop("figures", None)
             first = params.pop("pairs", None) or params.pop("pair")
             start, planner.outputs = len(planner.sweeps), set()  # each notebook runs in a kernel of its own

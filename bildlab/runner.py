@@ -10,8 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .atomic import atomic_path
+from .params import ParameterError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT_ENV = "BILDLAB_ROOT"  # the study checkout, for a command run outside it
+HOME = Path(__file__).resolve().parent.parent  # the folder the package sits in: a checkout, or site-packages
+ROOT = HOME  # the study in use: notebooks/, params/, runs/, figures/, README.md (`use_root`)
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "params"
 
@@ -23,6 +26,46 @@ class NotebookFailed(RuntimeError):
     def __init__(self, message: str, traceback: str = ""):
         super().__init__(message)
         self.traceback = traceback
+
+
+class StudyNotFound(ParameterError):
+    """No study checkout where the command line looked: one line (exit status 2), what is missing, how to get it."""
+
+
+def is_study(folder: str | os.PathLike) -> bool:
+    """A study checkout: notebooks/ with at least one notebook, and params/ beside it."""
+    folder = Path(folder)
+    return (folder / "params").is_dir() and any((folder / "notebooks").glob("*.ipynb"))
+
+
+def find_root(root: str | os.PathLike | None = None) -> Path:
+    """Where the study is: `root` (`--root`), else $BILDLAB_ROOT, else the first of the current folder and the
+    folders above it that holds one, else the checkout this package sits in (an editable install); an installed
+    copy (wheel) carries the zoo but not the study."""
+    given, where = (root, "--root") if root else (os.environ.get(ROOT_ENV), f"${ROOT_ENV}")
+    if given:
+        path = Path(given).expanduser().resolve()
+        if not is_study(path):
+            raise StudyNotFound(f"{where} {given}: no study there (notebooks/*.ipynb and params/, as in a checkout "
+                                f"of the bildlab repository)")
+        return path
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents, HOME):
+        if is_study(folder):
+            return folder
+    raise StudyNotFound(f"no study in {here} or a folder above it (notebooks/*.ipynb and params/): the study lives "
+                        f"in a checkout of the bildlab repository; git clone it and run bildlab there, or pass "
+                        f"--root CHECKOUT (or set {ROOT_ENV})")
+
+
+def use_root(root: str | os.PathLike) -> None:
+    """Read and write the study in `root` (what `find_root` found) from now on; the root in use already keeps its
+    NOTEBOOKS and PARAMS as they are (a caller may have pointed them elsewhere)."""
+    global ROOT, NOTEBOOKS, PARAMS
+    if Path(root) == ROOT:
+        return
+    ROOT = Path(root)
+    NOTEBOOKS, PARAMS = ROOT / "notebooks", ROOT / "params"
 
 
 def notebook_names() -> list[str]:
@@ -215,13 +258,13 @@ def notebook_defaults(name: str) -> dict:
     return values
 
 
-def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.json") -> str:
+def results_table(table: str | os.PathLike | None = None) -> str:
     """A markdown table of the toy study's main table, from the rows RQ5 wrote beside its figure: per task and row,
     the policy chosen on validation and its test numbers with 95% intervals, each timing pass (over the timed sample
     where one was: N says how many)."""
     from .summary import fmt
 
-    data = json.loads(Path(table).read_text())
+    data = json.loads(Path(table or ROOT / "figures" / "rq5_main_table.json").read_text())
     passes = data["passes"]
     speed_heads = [f"speedup, pass {i + 1}" for i in range(passes)] if passes > 1 else ["speedup"]
     lines = ["| task | row | (rb, fb) chosen on validation | N (test) | quality change | " + " | ".join(speed_heads)
@@ -246,8 +289,9 @@ def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.
     return "\n".join(lines)
 
 
-def update_readme(readme: Path = ROOT / "README.md") -> None:
+def update_readme(readme: Path | None = None) -> None:
     """Replace the toy-results block of the README with the table regenerated from the registry."""
+    readme = Path(readme or ROOT / "README.md")
     text = readme.read_text()
     if START not in text or END not in text:
         raise ValueError(f"{readme} has no {START} ... {END} block")

@@ -1,7 +1,7 @@
 """The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small, prediction-aligned small)
 and a decoder-only Llama pair, trained from scratch on the synthetic tasks and measured for the card.
 
-    bildlab zoo --jobs 2            # rebuild data/zoo (85 minutes on 2 CPU cores), resumable
+    bildlab zoo --jobs 2            # rebuild bildlab/_zoo (85 minutes on 2 CPU cores), resumable
     bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
 
 Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when its output is

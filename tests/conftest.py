@@ -98,7 +98,7 @@ def tiny_tokenizer(path):
 
 @pytest.fixture
 def fake_zoo(tmp_path, monkeypatch):
-    """A zoo folder laid out like data/zoo, with tiny models."""
+    """A zoo folder laid out like bildlab/_zoo, with tiny models."""
     tiny_tokenizer(tmp_path / "tokenizer")
     large = tiny("t5", seed=1, layers=3)
     large.save_pretrained(tmp_path / "t5-large")

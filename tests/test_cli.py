@@ -1,5 +1,6 @@
 """The command line and the benchmark script, on the shipped zoo and a random pair (short runs)."""
 
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -11,14 +12,43 @@ from bildlab.cli import main
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decoding.py"
 
 
-@pytest.mark.parametrize("pair", ["random", "toy-mt-llama"])
-def test_demo_decodes_with_every_method(pair, capsys):
-    assert main(["demo", "--pair", pair, "--n", "1", "--max-new-tokens", "6"]) == 0
+def _demo_rows(out: str) -> dict[str, list[str]]:
+    """The demo's table: method -> its cells (tokens, large calls, small-model tokens, speedup..., identical)."""
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in
+            (["greedy"], ["speculative"], ["bild"])}
+    assert list(rows) == ["greedy", "speculative", "bild"], out
+    return rows
+
+
+@pytest.mark.parametrize("pair", [None, "random", "toy-mt-llama"])
+def test_demo_counts_identical_outputs_and_states_the_speedup(pair, capsys):
+    n = 3
+    assert main(["demo", *(["--pair", pair] if pair else []), "--n", str(n), "--max-new-tokens", "6"]) == 0
     out = capsys.readouterr().out
-    for method in ("greedy", "speculative", "bild"):
-        assert f"{method:>12}: " in out
-    for method in ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild"):
-        assert f"'method': '{method}'" in out
+    assert out.startswith("a random T5 pair" if pair == "random" else f"{pair or 'toy-mt'} from the shipped zoo")
+    rows = _demo_rows(out)
+    assert rows["greedy"][3] == "0" and rows["greedy"][4] == "1x"
+    for name in ("greedy", "speculative"):  # lossless: every output identical to greedy's, counted
+        assert rows[name][-1] == f"{n}/{n}" and rows[name][1] == rows["greedy"][1]
+    assert int(rows["speculative"][2]) <= int(rows["greedy"][2]) and int(rows["speculative"][3]) > 0
+    speed = re.fullmatch(r"(\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]", " ".join(rows["bild"][4:7]))
+    assert speed and float(speed[2]) <= float(speed[1]) <= float(speed[3]), rows["bild"]
+
+
+def test_demo_counts_bilds_identical_outputs_as_decoded():
+    """The demo's BiLD count is the number of its outputs equal to greedy's, decoded here on their own."""
+    import bildlab
+
+    pair = bildlab.load_pair("toy-mt")
+    inputs = pair.inputs("test", limit=4)
+    same = sum(bildlab.generate(pair.large, x, small=pair.small, method="bild", max_new_tokens=16).tokens
+               == bildlab.generate(pair.large, x, max_new_tokens=16).tokens for x in inputs)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["demo", "--n", "4", "--max-new-tokens", "16"]) == 0
+    assert _demo_rows(out.getvalue())["bild"][-1] == f"{same}/4"
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -64,6 +94,65 @@ def test_an_error_while_running_is_not_a_usage_error(monkeypatch):
     monkeypatch.setattr(runner, "run_study", run_study)
     with pytest.raises(ValueError, match="inside a notebook"):
         main(["study", "--notebook", "rq1_small_writes_most"])
+
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_study(tmp_path, monkeypatch):
+    """An empty folder as the current one, and a package that sits in no checkout (as an installed copy does)."""
+    from bildlab import runner
+
+    for name in ("ROOT", "NOTEBOOKS", "PARAMS"):
+        monkeypatch.setattr(runner, name, getattr(runner, name))  # restored after the test
+    monkeypatch.setattr(runner, "HOME", tmp_path / "site-packages")
+    monkeypatch.delenv("BILDLAB_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path.resolve()
+
+
+@pytest.mark.parametrize("argv", [["study", "--plan"], ["study"], ["study", "--notebook", "rq1_small_writes_most"],
+                                  ["study", "--profile", "paper", "--plan"]])
+def test_the_study_outside_a_checkout_stops_with_one_line(no_study, argv, monkeypatch, capsys):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"bildlab study: error: no study in {no_study} or a folder above it (notebooks/*.ipynb and params/): the "
+        f"study lives in a checkout of the bildlab repository; git clone it and run bildlab there, or pass --root "
+        f"CHECKOUT (or set BILDLAB_ROOT)"]
+
+
+def test_the_study_is_found_up_from_here_by_root_and_by_the_environment(no_study, monkeypatch):
+    from bildlab import runner
+
+    monkeypatch.chdir(CHECKOUT / "notebooks")
+    assert runner.find_root() == CHECKOUT
+    monkeypatch.chdir(no_study)
+    assert runner.find_root(CHECKOUT) == CHECKOUT
+    with pytest.raises(runner.StudyNotFound, match=r"^--root .*: no study there \(notebooks/\*\.ipynb and params/"):
+        runner.find_root(no_study)
+    monkeypatch.setenv("BILDLAB_ROOT", str(CHECKOUT))
+    assert runner.find_root() == CHECKOUT
+    monkeypatch.setenv("BILDLAB_ROOT", str(no_study))
+    with pytest.raises(runner.StudyNotFound, match=r"^\$BILDLAB_ROOT .*: no study there"):
+        runner.find_root()
+    (no_study / "notebooks").mkdir()
+    (no_study / "params").mkdir()
+    with pytest.raises(runner.StudyNotFound):  # folders without a notebook: no study (never a plan of nothing)
+        runner.find_root()
+
+
+def test_the_plan_reads_the_study_it_is_pointed_at(no_study, capsys):
+    assert main(["study", "--plan", "--root", str(CHECKOUT), "--notebook", "rq1_small_writes_most"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[0] == "rq1_small_writes_most" and int(row[1]) > 0  # its sweeps (the committed ones: 0 decodes to run)
+    with pytest.raises(SystemExit) as e:
+        main(["study", "--root", str(CHECKOUT), "--notebook", "rq9"])
+    assert e.value.code == 2 and "(choose from rq1_small_writes_most, rq2_policies," in capsys.readouterr().err
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the paper profile runs on this machine")

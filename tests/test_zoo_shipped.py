@@ -1,4 +1,4 @@
-"""The shipped toy zoo (data/zoo): its card meets the targets, and a live re-measurement agrees with the card."""
+"""The shipped toy zoo (bildlab/_zoo): its card meets the targets, and a live re-measurement agrees with the card."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import bildlab
 from bildlab import card, metrics, models, tasks, train, zoo
 
 if not (models.zoo_dir() / "card.json").is_file():  # the zoo is built by `bildlab zoo` and committed (issue 4)
-    pytest.skip("the toy zoo is not shipped yet (data/zoo/card.json missing)", allow_module_level=True)
+    pytest.skip("the toy zoo is not shipped yet (bildlab/_zoo/card.json missing)", allow_module_level=True)
 CARD = models.read_card()
 TEST = CARD["test"]
 
