@@ -101,9 +101,11 @@ class _Checker(Planner):
 def check(profile: str = "toy", notebooks: list[str] | None = None, overrides: dict | None = None) -> None:
     """Every sweep the chosen notebooks would make with these parameters, checked before anything runs: a combination
     that cannot run (e.g. timing_limit with sampled rows) is a ParameterError naming the notebook."""
-    from .params import ParameterError
+    from .params import ParameterError, check_params
 
     for name in notebooks or notebook_names():
+        defaults = notebook_defaults(name)
+        check_params({**defaults, **profile_params(profile, name), **(overrides or {})}, set(defaults))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -1,5 +1,6 @@
 """The command line and the benchmark script, on the shipped zoo and a random pair (short runs)."""
 
+import os
 import re
 import runpy
 import sys
@@ -223,3 +224,43 @@ def test_the_paper_size_benchmark_on_shrunken_configs(tmp_path, capsys):
         assert r["c"] > 0 and set(r["verify_over_step"]) == {"2", "4", "8"}
         assert abs(r["expected_speedup"]["a=0.8"]["k=3"]["formula"] - expected_speedup(0.8, 3, r["c"])) < 0.01
     assert "c = " in capsys.readouterr().out
+
+
+def test_a_combination_that_cannot_run_fails_before_papermill(monkeypatch, capsys):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    # each parameter is valid alone; RQ3's aligned draft and RQ4's early exit are not there for these pairs
+    for notebook, pairs, words in (("rq3_alignment", "toy-mt-llama", "draft='aligned': pair 'toy-mt-llama' has no "
+                                    "aligned small model"),
+                                   ("rq4_early_exit", "xsum", "draft='early-exit' is for the toy pairs")):
+        assert main(["study", "--notebook", notebook, "-p", "pairs", f"[{pairs}]", "-p", "timing_limit", "10", "-p",
+                     "registry", "/nonexistent"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"bildlab study: error: {notebook}: {words}")
+    assert main(["study", "--notebook", "rq1_small_writes_most", "-p", "memory", "12 GiBs"]) == 2
+    assert capsys.readouterr().err.startswith("bildlab study: error: memory must be None")
+
+
+def test_a_failed_notebook_is_one_line_naming_the_cell_and_the_exception(tmp_path):
+    import subprocess
+    import sys
+
+    empty = tmp_path / "zoo"
+    empty.mkdir()
+    env = {**os.environ, "BILDLAB_ZOO": str(empty)}  # no model: the notebook fails when it loads the pair
+    argv = [sys.executable, "-m", "bildlab.cli", "study", "--notebook", "rq1_small_writes_most", "--out",
+            str(tmp_path / "run"), "-p", "pairs", '["toy-mt"]', "-p", "limit", "4", "-p", "timing_limit", "2",
+            "-p", "fallbacks", "[0.5]", "-p", "registry", str(tmp_path / "reg"), "-p", "figures",
+            str(tmp_path / "fig"), "-p", "progress", "false"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if line and not line.startswith(("study (toy)", "[study]"))]
+    failed = tmp_path / "run" / ".rq1_small_writes_most.failed.ipynb"
+    assert lines[-1] == (f"bildlab study: rq1_small_writes_most failed in cell 3: FileNotFoundError: toy tokenizer "
+                         f"missing at {empty}/tokenizer; rebuild the zoo with `bildlab zoo`; the executed notebook: "
+                         f"{failed}")
+    assert failed.is_file() and not (tmp_path / "run" / "rq1_small_writes_most.ipynb").exists()
+    assert "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr and len(lines) == 1
+    verbose = subprocess.run(argv + ["--verbose"], capture_output=True, text=True, timeout=600, env=env)
+    assert verbose.returncode == 1 and "load_pair" in verbose.stderr and "\x1b[" not in verbose.stderr
