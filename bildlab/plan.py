@@ -14,12 +14,15 @@ Nothing is global: two plans in one process do not see each other.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import warnings
+from functools import lru_cache
 from pathlib import Path
 
+from . import distributed, runner, shard, study
 from . import evaluate as ev
-from . import runner, shard, study
+from . import memory as mem
 from .registry import Registry, digest
 from .runner import notebook_defaults, notebook_names, profile_params
 from .tasks import PAPER_TASKS, task_metric
@@ -52,6 +55,13 @@ COST_RATIO = {"cnn_dailymail": 0.175, "xsum": 0.175, "iwslt2017-de-en": 0.34, "w
               "toy-mt": 0.3, "toy-sum": 0.3}
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
 PARTS = ("timing", "outputs")  # batch-1 decodes of the timed examples; every output in batches
+# Memory: each sweep's peak bytes at its batch size (`memory.peak_bytes`, from the pair's geometry and its longest
+# source: 1,024 tokens for the paper tasks, their truncation) and the rows a batch of outputs takes on a GPU of each
+# size (its memory less `memory.MARGIN`, less both models' float32 weights).
+DEVICE_GB = (16, 24, 80)  # our users' GPUs: a T4 (the paper's), a 24 GB card, an 80 GB A100/H100
+# Devices: a sweep's output chunks run on all devices at once, then its timing shards (`distributed`); a sweep takes
+# max(its hours / devices, its largest task) for each of the two, and the sweeps of a notebook run one after another.
+DEVICES = (1, 4, 8)
 
 
 class Planner:
@@ -85,7 +95,8 @@ class Planner:
                     units += n * {"greedy": 1.0, "small": c}.get(e["method"], 1 + c)
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
-                            "timed": timed, "outputs": batched, "output_units": units})
+                            "timed": timed, "outputs": batched, "output_units": units,
+                            **(_memory(pair, found) if found.run["timing_limit"] is not None else {})})
         metric = task_metric(found.task)
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
 
@@ -142,15 +153,80 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
     for row in rows:
         sweeps = row["sweeps_detail"]
         parts = {u: dict.fromkeys(PARTS, 0.0) for u in UNITS}
+        spread = {u: dict.fromkeys(DEVICES, 0.0) for u in UNITS}
         for s in sweeps:
             unit, seconds = "gpu" if s["task"] in PAPER_TASKS else "cpu", SECONDS_PER_DECODE[s["task"]]
-            parts[unit]["timing"] += s["decodes"] * seconds / 3600  # batch-1 decodes of the timed examples
-            parts[unit]["outputs"] += s["output_units"] / BATCH_GAIN * seconds / 3600  # outputs in batches
+            timing = s["decodes"] * seconds / 3600  # batch-1 decodes of the timed examples
+            outputs = s["output_units"] / BATCH_GAIN * seconds / 3600  # outputs in batches
+            parts[unit]["timing"] += timing
+            parts[unit]["outputs"] += outputs
+            for d in DEVICES:
+                spread[unit][d] += (_on_devices(outputs, s["examples"], distributed.default_chunk_size, d)
+                                    + _on_devices(timing, s["timed"], distributed.default_shard_size, d))
         row.update(sweeps=len(sweeps), decodes=sum(s["decodes"] for s in sweeps),
                    outputs=sum(s["outputs"] for s in sweeps),
                    parts={u: {k: round(v, 2) for k, v in p.items()} for u, p in parts.items()},
-                   hours={u: round(sum(p.values()), 2) for u, p in parts.items()})
+                   hours={u: round(sum(p.values()), 2) for u, p in parts.items()},
+                   devices={u: {d: round(h, 2) for d, h in p.items()} for u, p in spread.items()})
     return rows
+
+
+def _memory(pair: str, found: ev.Lookup) -> dict:
+    """A sweep's batches of outputs: the rows of one, the longest source, its peak, the rows that fit each GPU."""
+    rows = min(found.run["batch_size"], found.examples())
+    geometries, weights = _geometry(pair)
+    source, new = _longest_source(pair, found.task, found.split, found.limit), found.run["max_new_tokens"]
+    fits = {gb: mem.rows_that_fit(geometries, source, new, int(gb * 1e9 * (1 - mem.MARGIN)) - weights, rows)
+            for gb in DEVICE_GB}
+    return {"batch_size": rows, "source": source, "peak": mem.peak_bytes(geometries, rows, source, new), "fits": fits}
+
+
+def _on_devices(hours: float, n: int, size, devices: int) -> float:
+    """The hours of one kind of a sweep's work spread over `devices` in tasks of `size(n, devices)` examples: the
+    larger of an even share and the largest task."""
+    if not hours or not n:
+        return 0.0
+    per_task = hours * min(size(n, devices), n) / n
+    return max(hours / devices, per_task) if math.ceil(n / size(n, devices)) > 1 else hours
+
+
+@lru_cache(maxsize=16)
+def _geometry(pair: str) -> tuple[list[mem.Geometry], int]:
+    """A pair's large and small models' geometry and their float32 weights' bytes, from their configs alone (the
+    paper checkpoints' public configs, the zoo's config.json files): no weights are read."""
+    import torch
+    import transformers as tf
+
+    from .models import PAPER_CONFIG_COMMON, PAPER_CONFIGS, PAPER_GEOMETRY, TOY_PAIRS, zoo_dir
+
+    if pair in PAPER_GEOMETRY:
+        large, small, rows = PAPER_GEOMETRY[pair]
+        configs = [(tf.MT5Config if n.startswith("mt5") else tf.T5Config)(**PAPER_CONFIGS[n], **PAPER_CONFIG_COMMON)
+                   for n in (large, small)]
+    else:
+        configs, rows = [tf.AutoConfig.from_pretrained(zoo_dir() / n) for n in TOY_PAIRS[pair][:2]], None
+    weights = 0
+    for config in configs:
+        auto = tf.AutoModelForSeq2SeqLM if config.is_encoder_decoder else tf.AutoModelForCausalLM
+        with torch.device("meta"):
+            weights += 4 * sum(p.numel() for p in auto.from_config(config).parameters())
+    return [mem.geometry(c, vocab=rows) for c in configs], weights
+
+
+@lru_cache(maxsize=64)
+def _longest_source(pair: str, task: str, split: str, limit) -> int:
+    """The longest model input of a sweep: a paper task's truncation, a toy split's longest encoded source."""
+    from .models import MAX_SOURCE_TOKENS, TOY_PAIRS, zoo_dir
+
+    if pair not in TOY_PAIRS:
+        return MAX_SOURCE_TOKENS
+    from tokenizers import Tokenizer
+
+    from . import tasks
+
+    tok, prefix = Tokenizer.from_file(str(zoo_dir() / "tokenizer" / "tokenizer.json")), TOY_PAIRS[pair][3]
+    return 1 + max(len(tok.encode(prefix + ex["source"], add_special_tokens=False).ids)
+                   for ex in tasks.load_task(task, split, limit=limit))
 
 
 def unused(registry: str | Path, read: set[str]) -> list[Path]:
@@ -185,6 +261,10 @@ def format_plan(rows: list[dict], profile: str) -> str:
                      + hours(r["parts"], r["hours"]))
         for s in r["sweeps_detail"]:
             batched = f" + {s['outputs']:,} outputs in batches" if s["outputs"] else ""
+            if "peak" in s:
+                fits = ", ".join(f"{gb} GB {s['fits'][gb]}" for gb in DEVICE_GB)
+                batched += (f"; a batch of {s['batch_size']} rows (sources up to {s['source']} tokens) peaks at "
+                            f"{mem.fmt(s['peak'])}; rows that fit a GPU of {fits}")
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
                          f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes"
                          f" at batch 1 on {s['timed']} examples{batched}")
@@ -192,6 +272,13 @@ def format_plan(rows: list[dict], profile: str) -> str:
     lines.append(f"{'total':<24} {sum(r['sweeps'] for r in rows):>6} {sum(r['decodes'] for r in rows):>18,} "
                  f"{sum(r['outputs'] for r in rows):>18,}"
                  + hours(total, {u: round(sum(r["hours"][u] for r in rows), 2) for u in UNITS}))
+    for u in units:
+        lines.append(f"{head[u]} on {', '.join(map(str, DEVICES))} devices (Ray: a sweep's output chunks, then its "
+                     f"timing shards, spread over the devices; {'one GPU' if u == 'gpu' else 'threads cores'} a task):")
+        for r in rows:
+            lines.append(f"    {r['notebook']:<24}" + "".join(f"{r['devices'][u][d]:>10.2f}" for d in DEVICES))
+        lines.append(f"    {'total':<24}" + "".join(f"{sum(r['devices'][u][d] for r in rows):>10.2f}"
+                                                  for d in DEVICES))
     lines.append(" · ".join(f"{head[u]}: {UNITS[u]}" for u in units) + "; timing: the protocol at batch 1 on the "
                  "timed examples; output: every example's output, computed in batches. Per-decode costs and their "
                  "sources: bildlab/plan.py (SECONDS_PER_DECODE, BATCH_GAIN, COST_RATIO).")

@@ -499,3 +499,32 @@ def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
     assert tests  # the second timing pass of a row: its outputs are the first pass's (computed once)
     text = plan.format_plan(rows, "paper")
     assert "GPU h timing" in text and "GPU h output" in text and "BATCH_GAIN" in text
+
+
+def test_the_paper_plan_sizes_batches_by_memory_and_divides_by_devices(monkeypatch):
+    """Each sweep of batched outputs states its peak at its batch size and the rows that fit a 16, 24 and 80 GB GPU
+    (counted here by an independent rule: weights plus 2 x layers x rows x heads x d_kv x (source + new) float32
+    cache entries, and no more rows than that leaves room for); the hours on 4 and 8 GPUs are about a quarter and an
+    eighth of one GPU's, never less."""
+    from bildlab import memory, plan, shard
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
+    (row,) = plan.plan("paper", ["rq1_small_writes_most"])
+    xsum = next(s for s in row["sweeps_detail"] if s["pair"] == "xsum")
+    assert (xsum["batch_size"], xsum["source"]) == (256, 1024)
+    cache = 2 * 24 * 16 * 64 * (1024 + 127) * 4  # T5-large's self- and cross-attention cache, per row
+    assert xsum["peak"] >= 256 * cache  # 54 GiB: the 256-row batches of the stored defaults cannot run on a T4
+    weights = 4 * (737_668_096 + 60_506_624)  # t5-large and t5-small's float32 parameters (their published counts)
+    for gb, rows in xsum["fits"].items():
+        room = gb * 1e9 * (1 - memory.MARGIN) - weights
+        assert 0 < rows <= room / cache  # what the cache alone allows bounds what fits
+        assert rows >= room / cache / 3  # and the rest of the estimate is not more than twice the cache
+    assert xsum["fits"][16] < 48 < xsum["fits"][80]
+    gpu = row["devices"]["gpu"]
+    assert gpu[1] == pytest.approx(row["hours"]["gpu"], abs=0.02)
+    for d in (4, 8):
+        assert gpu[1] / d - 0.02 <= gpu[d] <= gpu[1] / d * 1.15
+    text = plan.format_plan([row], "paper")
+    assert "GPU h on 1, 4, 8 devices" in text and "rows that fit a GPU of 16 GB" in text
