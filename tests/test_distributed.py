@@ -341,3 +341,22 @@ def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
         distributed._ray = distributed_ray
     assert seen == [[0, 1], [2, 3]]
     assert ray.cancelled == [(2, True), (3, True), (4, True)]  # the three shards not finished, each killed
+
+
+def test_rows_timed_on_different_device_models_make_no_record(fake_zoo, monkeypatch):
+    from bildlab import records
+    from bildlab.models import zoo_dir
+
+    found = ev.lookup("toy-mt", [{"method": "bild", "fallback": 0.5}], registry=None, limit=4, max_new_tokens=4,
+                      warmup=0, hf_baseline=False)
+    spec = dict(pair="toy-mt", task=found.task, split=found.split, limit=4, entries=found.entries,
+                zoo=str(zoo_dir()), **{k: v for k, v in found.run.items() if k in shard.SPEC})
+    done = shard.time_shard(spec, [0, 1])
+    (one,) = records.build_records(spec, found.keys, {**done, **shard.time_shard(spec, [2, 3])}, sweep="s")
+    assert [e["machine"] for e in one["examples"]] == [0] * 4 and len(one["machines"]) == 1  # one device: a record
+    real = shard.machine
+    monkeypatch.setattr(shard, "machine", lambda device: {**real(device), "device_name": "NVIDIA A10G"})
+    done.update(shard.time_shard(spec, [2, 3]))  # a resumed sweep, timed elsewhere
+    with pytest.raises(ValueError, match="were timed on NVIDIA A10G, cpu: a speedup is a ratio of times taken on "
+                                         "one kind of device"):
+        records.build_records(spec, found.keys, done, sweep="s")
