@@ -201,7 +201,7 @@ def sweep(pair: str, grid: list[dict], *, progress: bool = True, check_only: boo
     """Evaluate every policy of `grid` (dicts of POLICY_ARGS over the common ones in `run`) on the same examples; one
     record each. `run`: the arguments of `lookup` (task, split, limit, max_new_tokens, seed, warmup, threads,
     repeats, hf_baseline, timing_pass, registry, force, device, executor, shard_size, recompute, timing_limit,
-    batch_size, common policy args).
+    batch_size, memory, chunk_size, common policy args).
 
     Every entry is checked before anything runs (`check_only=True` stops there). Policies with a record in the
     registry are not rerun (whatever library versions made it; `recompute=True` reruns those made under other
@@ -209,7 +209,8 @@ def sweep(pair: str, grid: list[dict], *, progress: bool = True, check_only: boo
     docstring). Finished examples are checkpointed, so an interrupted sweep resumes where it stopped; records appear
     whole or not at all. `executor` "local" times the examples in this process; "ray", "auto" or "ray://host:port"
     fan them out in shards of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same
-    records. `timing_limit=N`: quality from every example's outputs, computed in batches (exact), speed from the
+    records. `timing_limit=N`: quality from every example's outputs, computed in batches (exact; batches of at most
+    `batch_size` rows under the `memory` budget; on Ray in chunks of `chunk_size` examples), speed from the
     protocol at batch 1 on a seeded sample of N of them."""
     found = lookup(pair, grid, **run)
     if check_only:
