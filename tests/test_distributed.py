@@ -122,8 +122,8 @@ class StopAfterFirstShard(ev.Registry):
 
     def save_partial(self, sweep_key, rows):
         super().save_partial(sweep_key, rows)
-        StopAfterFirstShard.calls += 1
-        if StopAfterFirstShard.calls == 1:
+        type(self).calls += 1
+        if type(self).calls == 1:
             raise KeyboardInterrupt
 
 
@@ -185,17 +185,16 @@ def test_a_ray_sweep_with_a_timed_sample_gives_the_records_of_a_local_run(ray_ru
     assert not (tmp_path / "ray" / ".partial").exists()
 
 
-class StopAfterFirstChunk(ev.Registry):
+class StopAfterFirstChunk(StopAfterFirstShard):
     """A registry whose sweep is interrupted (Ctrl-C) right after it checkpointed its first chunk of outputs."""
 
     calls = 0
 
     def save_partial(self, sweep_key, rows):
-        super().save_partial(sweep_key, rows)
         if "outputs" in sweep_key:
-            StopAfterFirstChunk.calls += 1
-            if StopAfterFirstChunk.calls == 1:
-                raise KeyboardInterrupt
+            super().save_partial(sweep_key, rows)
+        else:
+            ev.Registry.save_partial(self, sweep_key, rows)
 
 
 def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(ray_runtime, fake_zoo, tmp_path,
