@@ -159,7 +159,7 @@ def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size
 
 
 def layout(report: dict) -> dict:
-    """What a record says of how its outputs were batched (`generate_batch`'s report, summed over chunks)."""
+    """What a record says of how its outputs were batched: `generate_batch`'s report in four numbers."""
     return {"memory": report["memory"], "batches": len(report["batches"]), "largest": max(report["batches"], default=0),
             "splits": report["splits"]}
 
