@@ -530,13 +530,33 @@ def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
     """The paper profile's defaults (quality on whole validation splits, the protocol on timed samples) plan at most
     60 T4-hours under the costs bildlab/plan.py states, timing and outputs apart; nothing loads."""
     from bildlab import plan, shard
+    from bildlab.tasks import PAPER_TASKS
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
     rows = plan.plan("paper")
-    gpu = {part: sum(r["parts"]["gpu"][part] for r in rows) for part in plan.PARTS}
-    assert 0 < gpu["timing"] and 0 < gpu["outputs"] and sum(gpu.values()) <= 60
+    # the hours recomputed here from each sweep's counts: a timed decode at batch 1 costs one vanilla decode of its
+    # task (plan.SECONDS_PER_DECODE), a batched output 1 / BATCH_GAIN of one per output unit (vanilla 1, the small
+    # model c, a draft-and-verify policy 1 + c); the counts themselves checked against the sweep's sizes
+    spd, gain = plan.SECONDS_PER_DECODE, plan.BATCH_GAIN
+    gpu = {part: 0.0 for part in plan.PARTS}
+    for r in rows:
+        mine = {part: 0.0 for part in plan.PARTS}
+        for s in r["sweeps_detail"]:
+            baselines = 3 if r["notebook"] == "speculative_pipeline" else 2  # vanilla, transformers' (, sampling)
+            assert s["decodes"] == (s["timed"] * (s["to_run"] + baselines) if s["to_run"] else 0), s
+            assert 0 < s["timed"] <= s["examples"], s
+            n, c = s["examples"], plan.COST_RATIO[s["task"]]
+            assert s["outputs"] in (0, n * s["to_run"], n * (s["to_run"] + 1)), s
+            assert s["outputs"] * min(c, 1.0) - 1e-6 <= s["output_units"] <= s["outputs"] * (1 + c) + 1e-6, s
+            if s["task"] in PAPER_TASKS:
+                mine["timing"] += s["decodes"] * spd[s["task"]] / 3600
+                mine["outputs"] += s["output_units"] / gain * spd[s["task"]] / 3600
+        for part in plan.PARTS:
+            assert r["parts"]["gpu"][part] == pytest.approx(mine[part], abs=0.006), (r["notebook"], part)
+            gpu[part] += mine[part]
+    assert 0 < gpu["timing"] and 0 < gpu["outputs"] and sum(gpu.values()) <= 60, gpu
     assert sum(r["hours"]["gpu"] for r in rows) == pytest.approx(sum(gpu.values()), abs=0.05)
     rq5 = next(r for r in rows if r["notebook"] == "rq5_main_table")
     tests = [s for s in rq5["sweeps_detail"] if s["to_run"] and s["outputs"] == 0]
