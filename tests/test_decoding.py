@@ -2,6 +2,7 @@
 implementation, the sampling law of speculative sampling, statistics, caches, and bad input."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -325,7 +326,7 @@ def rounding_tie(model, x, ref: list[int], out: list[int], steps: int = 2) -> bo
 def test_lossless_methods_in_low_precision_equal_greedy_of_the_same_model(dtype):
     """In bf16 and fp16 every lossless mode equals transformers' greedy generate of the same low-precision model,
     example by example; an output may leave it only at a rounding tie of that model (`rounding_tie`), and those
-    outputs are counted (at most 1 in 8; bf16 here: 8 of 144, all at the same two prompts) and not compared further."""
+    outputs are counted (at most 1 in 8; bf16 here: 6 of 144), named in a warning and not compared further."""
     seen = {"identical": 0, "ties": 0}
     for i, arch in enumerate(ARCHS):
         large32 = tiny(arch, seed=4)
@@ -345,6 +346,9 @@ def test_lossless_methods_in_low_precision_equal_greedy_of_the_same_model(dtype)
                         assert rounding_tie(large, x, ref, out), (arch, draft, name, seed, out, ref)
                         seen["ties"] += 1
     total = len(ARCHS) * 3 * len(drafts) * 4
+    if seen["ties"]:
+        warnings.warn(f"{dtype}: {seen['ties']} of {total} lossless outputs left transformers' greedy output at a "
+                      f"rounding tie of the model (not compared past it); {seen['identical']} identical")
     assert seen["identical"] + seen["ties"] == total and seen["ties"] <= total // 8, seen
 
 
