@@ -4,6 +4,7 @@ where the lockstep trace gives them exactly (the others are named in stats['inex
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, perturbed, tiny
+from reference import reference_bild
 
 import bildlab
 from bildlab.batch import BRANCH, TIMINGS, generate_batch
@@ -60,13 +61,20 @@ def eos_ids(outs: list[list[int]]) -> list[int]:
 
 
 def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
-    """generate_batch against generate: the same tokens, and the same value for every count it gives."""
+    """generate_batch against generate: the same tokens, and the same value for every count it gives; BiLD's tokens
+    also against the plain rewrite of the algorithm (tests/reference.py), which shares no code with either."""
     outs = generate_batch(large, xs, batch_size=batch_size, **kw)
     assert len(outs) == len(xs)
     tokens = []
     for x, out in zip(xs, outs):
         ref = bildlab.generate(large, x, **kw)
         assert out.tokens == ref.tokens, (kw, batch_size)
+        if kw["method"] == "bild":
+            plain = reference_bild(large, kw["small"], x, kw["max_new_tokens"], kw.get("fallback", 0.6),
+                                   kw.get("rollback", 5.0), kw.get("max_small_steps", 10), kw["eos_token_id"],
+                                   rule=kw.get("rollback_rule", "first-differing"))
+            assert out.tokens == plain, (kw, batch_size)
+            seen["plain"] = seen.get("plain", 0) + 1
         inexact = out.stats.pop("inexact")
         assert sorted([*out.stats, *inexact]) == sorted(ref.stats)
         assert out.stats == {key: ref.stats[key] for key in out.stats}, (kw, batch_size)
@@ -82,7 +90,7 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
 def test_generate_batch_equals_generate(pairs, arch):
     large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
-    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0, eos_inside=0, eos_at_budget=0)
+    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0, eos_inside=0, eos_at_budget=0, plain=0)
     for i, (draft, policy) in enumerate(POLICIES):
         kw = dict(small=drafts[draft], max_new_tokens=N_NEW, **policy)
         outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)

@@ -35,7 +35,9 @@ def test_a_shifted_row_is_detectably_slower_though_the_intervals_overlap():
     sa, sb = (sm.speed_difference(r, r)["n"] for r in (a, b))
     assert sa == sb == 20
     c = sm.compare(a, b, REFS)
-    assert c["speedup_difference"] > 0 and c["speedup_difference_ci"][0] > 0  # the paired interval excludes 0
+    assert c["speedup_difference_ci"][0] > 0  # the paired interval excludes 0
+    # each speedup is vanilla seconds over policy seconds, summed over the examples
+    assert c["speedup_difference"] == pytest.approx(v.sum() / t.sum() - v.sum() / (1.05 * t).sum(), abs=1e-3)
     assert c["speedup_ratio"] == pytest.approx(1.05, abs=1e-4)
     # ... while each row's own interval overlaps the other's: an overlap test would call them equal
     from bildlab.intervals import interval, ratio_of_sums
@@ -56,9 +58,12 @@ def test_records_of_two_sweeps_are_each_against_their_own_vanilla_run():
 
 def test_quality_is_compared_on_the_same_examples():
     a = _record([1.0] * 8, [1.5] * 8)
-    worse = ["the cat sat", "a dog ran", "birds", "rain fell"] * 2
+    worse = ["the cat sat on the rug", "a dog ran in a park", "birds sing at night", "rain fell"] * 2
     c = sm.compare(a, _record([1.0] * 8, [1.5] * 8, outputs=worse), REFS[:8])
-    assert c["delta"] > 0 and c["delta_ci"][0] > 0 and c["metric"] == "bleu"
+    assert c["delta_ci"][0] > 0 and c["metric"] == "bleu"
+    import sacrebleu  # the reference: corpus BLEU of the outputs against the targets, 100 for the targets themselves
+
+    assert c["delta"] == pytest.approx(100.0 - sacrebleu.corpus_bleu(worse, [REFS[:8]]).score, abs=0.01)
 
 
 def test_the_paired_interval_covers_the_true_difference_about_95_times_in_100():

@@ -2,16 +2,19 @@
 implementation, the sampling law of speculative sampling, statistics, caches, and bad input."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 import transformers as tf
 from conftest import ARCHS, EOS, VOCAB, hf_greedy, perturbed, tiny
+from reference import reference_bild
 from scipy import stats as sps
 
 import bildlab
 from bildlab.decoding import _probs
+from bildlab.early_exit import exit_draft
 
 N_NEW = 20
 
@@ -95,59 +98,7 @@ def test_max_new_tokens_zero_and_one(models):
 # BiLD against a plain reference implementation of the paper's Algorithm 1 (no caches, full recomputation)
 
 
-def _next_logits(model, x, seq):
-    if model.config.is_encoder_decoder:
-        return model(input_ids=x, decoder_input_ids=torch.tensor([seq])).logits[0]
-    return model(input_ids=torch.tensor([seq])).logits[0]
-
-
-@torch.no_grad()
-def reference_bild(large, small, x, max_new, fallback, rollback, n_max, eos, rule="first-differing"):
-    """Algorithm 1 of Kim et al. written as plainly as possible (full recomputation, no caches), with the two fixes
-    bildlab makes: no second large pass after a rollback, and trailing small tokens are checked by the large model.
-    rule "first-differing": roll back at the first token above the threshold that differs from the large argmax;
-    "first-above" (the public code): only the first token above the threshold is examined."""
-    start = [large.config.decoder_start_token_id] if large.config.is_encoder_decoder else x[0].tolist()
-    seq = list(start)
-    checked = len(seq)  # seq[:checked] was written or checked by the large model
-
-    def out():
-        return seq[len(start):]
-
-    def large_step():  # one non-autoregressive pass over the unchecked chunk: rollback, else the next token
-        nonlocal seq, checked
-        rows = _next_logits(large, x, seq)[checked - 1 :]
-        chunk = seq[checked:]
-        cut = None
-        for i, tok in enumerate(chunk):
-            above = bool(-rows[i].log_softmax(-1)[tok] > rollback)
-            if above and int(rows[i].argmax()) != tok:
-                cut = i
-                break
-            if above and rule == "first-above":
-                break  # the first token above the threshold is the large argmax: no rollback
-        if cut is not None:
-            seq = seq[: checked + cut] + [int(rows[cut].argmax())]
-        elif len(out()) < max_new and not (chunk and chunk[-1] == eos):
-            seq.append(int(rows[-1].argmax()))
-        checked = len(seq)
-
-    large_step()  # the first decoder step is the large model's
-    while len(out()) < max_new and out()[-1] != eos:
-        n = 0  # the small model writes until unsure (its token is discarded), N tokens in a row, EOS or the budget
-        while n < n_max and len(out()) < max_new:
-            probs = _next_logits(small, x, seq)[-1].softmax(-1)
-            if probs.max() < fallback:
-                break
-            seq.append(int(probs.argmax()))
-            n += 1
-            if seq[-1] == eos:
-                break
-        large_step()
-    return out()
-
-
-@pytest.mark.parametrize("arch", ["gpt2", "t5"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_bild_equals_reference_algorithm(arch):
     large = tiny(arch, seed=21, scale=2.0)  # sharper distributions: the small model is often confident
     small = perturbed(large, 0.3, seed=5)
@@ -351,17 +302,65 @@ def test_each_call_feeds_only_new_positions(models, arch):
 # Precision and device
 
 
+def rounding_tie(model, x, ref: list[int], out: list[int], steps: int = 2) -> bool:
+    """Whether `out` leaves `ref` (transformers' greedy output) at a tie of `model` in its own precision: at the first
+    differing position the two tokens' logits, from one full forward pass over the common prefix, are within `steps`
+    rounding steps (units in the last place of the larger logit). Two ways of computing the same logits (a cache and
+    a multi-token pass against one token at a time) may then rank them differently, and both outputs are greedy."""
+    i = next(i for i, (a, b) in enumerate(zip(out + [None], ref + [None])) if a != b)
+    if i >= min(len(out), len(ref)):
+        return False  # one output is a prefix of the other: a length bug, never a tie
+    prefix = torch.tensor([ref[:i]], dtype=torch.long)
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            start = torch.tensor([[model.config.decoder_start_token_id]])
+            logits = model(input_ids=x, decoder_input_ids=torch.cat([start, prefix], 1)).logits[0, -1].float()
+        else:
+            logits = model(input_ids=torch.cat([x, prefix], 1)).logits[0, -1].float()
+    a, b = logits[ref[i]].item(), logits[out[i]].item()
+    ulp = 2.0 ** math.floor(math.log2(max(abs(a), abs(b), 1e-30))) * torch.finfo(model.dtype).eps
+    return abs(a - b) <= steps * ulp
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_runs_every_method(dtype):
+def test_lossless_methods_in_low_precision_equal_greedy_of_the_same_model(dtype):
+    """In bf16 and fp16 every lossless mode equals transformers' greedy generate of the same low-precision model,
+    example by example; an output may leave it only at a rounding tie of that model (`rounding_tie`), and those
+    outputs are counted (at most 1 in 8; bf16 here: 6 of 144), named in a warning and not compared further."""
+    seen = {"identical": 0, "ties": 0}
+    for i, arch in enumerate(ARCHS):
+        large32 = tiny(arch, seed=4)
+        large = tiny(arch, seed=4).to(dtype)
+        drafts = {"random": tiny(arch, seed=5, layers=1).to(dtype),
+                  "perturbed": perturbed(large32, 0.05, seed=i).to(dtype), "exit": exit_draft(large, 1)}
+        for seed in range(3):
+            x = prompt(seed)
+            ref = hf_greedy(large, x, 16, [])
+            for draft, small in drafts.items():
+                for name in ("greedy", "speculative-k1", "speculative-k4", "bild-rollback0-fb"):
+                    out = bildlab.generate(large, x, small=small, max_new_tokens=16, eos_token_id=[],
+                                           **LOSSLESS[name]).tokens
+                    if out == ref:
+                        seen["identical"] += 1
+                    else:
+                        assert rounding_tie(large, x, ref, out), (arch, draft, name, seed, out, ref)
+                        seen["ties"] += 1
+    total = len(ARCHS) * 3 * len(drafts) * 4
+    if seen["ties"]:
+        warnings.warn(f"{dtype}: {seen['ties']} of {total} lossless outputs left transformers' greedy output at a "
+                      f"rounding tie of the model (not compared past it); {seen['identical']} identical")
+    assert seen["identical"] + seen["ties"] == total and seen["ties"] <= total // 8, seen
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_sampling_runs_and_is_seeded(dtype):
     large = tiny("llama", seed=4).to(dtype)
     small = tiny("llama", seed=5, layers=1).to(dtype)
     x = prompt(0)
-    for method in ("greedy", "sample", "speculative", "bild"):
-        out = bildlab.generate(large, x, small=small, method=method, max_new_tokens=12, eos_token_id=[], seed=0)
-        assert len(out.tokens) == 12 and all(0 <= t < VOCAB for t in out.tokens)
-    # with itself as draft, greedy speculative decoding accepts (nearly) everything in low precision too
-    out = bildlab.generate(large, x, small=large, method="speculative", max_new_tokens=12, eos_token_id=[])
-    assert out.stats["accepted"] >= out.stats["drafted"] // 2
+    for method in ("sample", "speculative"):
+        runs = [bildlab.generate(large, x, small=small, method=method, do_sample=True, max_new_tokens=12,
+                                 eos_token_id=[], seed=0).tokens for _ in range(2)]
+        assert runs[0] == runs[1] and len(runs[0]) == 12 and all(0 <= t < VOCAB for t in runs[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -117,13 +117,22 @@ def test_corrupt_records_are_reported_and_recomputed(fake_zoo, tmp_path):
     assert json.loads(path.read_text())["summary"]  # rewritten whole
 
 
-def test_force_recomputes(fake_zoo, tmp_path):
+def test_force_recomputes(fake_zoo, tmp_path, monkeypatch):
     reg = tmp_path / "results"
     first = ev.evaluate("toy-mt", method="greedy", registry=reg, **FAST)
+    (path,) = ev.Registry(reg).files()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "planted": True}))  # a mark only a rewrite removes
+    calls = _count_decodes(monkeypatch)
+    assert ev.evaluate("toy-mt", method="greedy", registry=reg, **FAST)["planted"]  # without force: read back
+    assert calls == {"vanilla": 0, "hf": 0, "policy": 0}
     second = ev.evaluate("toy-mt", method="greedy", registry=reg, force=True, **FAST)
-    assert second["examples"][0]["seconds"] != first["examples"][0]["seconds"]
+    # decoded again: one warm-up and 6 examples, each by the vanilla loop, the policy (greedy: the vanilla loop too)
+    # and transformers' generate
+    assert calls == {"vanilla": 14, "hf": 7, "policy": 0}, calls
+    assert "planted" not in second and "planted" not in json.loads(path.read_text())  # the record was rewritten
+    # the new outputs are transformers' greedy outputs (not only equal to the first run's)
+    assert second["summary"]["hf_identical"] == 1.0
     assert [r["output"] for r in second["examples"]] == [r["output"] for r in first["examples"]]
-    assert first["summary"]["identical"] == 1.0  # the A/A check: the large model against itself
 
 
 def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(fake_zoo, tmp_path, monkeypatch):

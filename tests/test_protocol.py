@@ -9,22 +9,27 @@ import torch
 from bildlab import intervals, metrics, summary, timing
 
 
-def test_runners_are_interleaved_in_a_rotating_order_after_an_untimed_warmup():
-    order = []
+def test_runners_are_interleaved_in_a_rotating_order_after_an_untimed_warmup(monkeypatch):
+    order, now = [], [0.0]
+    cost = {"a": 1.0, "b": 2.0, "c": 4.0}  # each runner's call takes this long on a fake clock
 
     def runner(name):
         def run(x, i):
             order.append((name, i))
+            now[0] += cost[name]
             return [i], {}
         return run
 
+    monkeypatch.setattr(timing, "clock", lambda device: now[0])
     inputs = [torch.zeros(1, 1, dtype=torch.long)] * 4
     rows = timing.interleave(inputs, {n: runner(n) for n in "abc"}, warmup=1)
     assert order[:3] == [("a", 0), ("b", 0), ("c", 0)]  # the warm-up
     timed = order[3:]
     assert [n for n, _ in timed] == list("abc" "bca" "cab" "abc")  # the order rotates from input to input
     assert [i for _, i in timed] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
-    assert len(rows) == 4 and all(set(r) == set("abc") and r["a"]["seconds"] >= 0 for r in rows)
+    assert len(rows) == 4 and all(set(r) == set("abc") for r in rows)
+    # each runner is timed over its own call only: not the others', not the warm-up's
+    assert [[r[n]["seconds"] for n in "abc"] for r in rows] == [[1.0, 2.0, 4.0]] * 4
     assert [r["b"]["tokens"] for r in rows] == [[0], [1], [2], [3]]
 
 

@@ -180,9 +180,26 @@ def test_records_no_notebook_reads_are_listed_and_pruned(fake_zoo, tmp_path):
 
 
 def test_the_cli_migrates_a_registry(tmp_path):
+    """`bildlab registry --migrate` on a registry holding one record keyed as bildlab 0.2 keyed it (library versions
+    and the device index in the key, no data version): the record is found under the key written out here by hand,
+    its versions are provenance, its rows are unchanged, and the old file is gone."""
+    rows = [{"output": "w1 w2", "seconds": 0.5, "tokens": 2}, {"output": "w3", "seconds": 0.25, "tokens": 1}]
+    base = {"pair": "toy-mt", "task": "toy-mt", "split": "test", "limit": 2, "method": "greedy", "seed": 0}
+    old_key = {**base, "device": "cuda:1", "bildlab": "0.2.0", "torch": "2.3.0", "transformers": "5.1.0"}
+    old_path = registry.Registry(tmp_path).put(old_key, {"key": old_key, "summary": {"examples": 2},
+                                                         "examples": rows})
+    other = registry.Registry(tmp_path).put(base | {"device": "cpu"}, {"key": base | {"device": "cpu"},
+                                                                        "summary": {}, "examples": []})
     out = subprocess.run([sys.executable, "-m", "bildlab.cli", "registry", "--migrate", str(tmp_path)],
                          capture_output=True, text=True, check=True)
-    assert "0 records moved" in out.stdout
+    assert f"{tmp_path}: 1 records moved to keys without library versions (none recomputed)" in out.stdout
+    new_key = {**base, "device": "cuda", "data": {"task": "toy-mt", "version": ev.tasks.toy.VERSION}}
+    reg = registry.Registry(tmp_path)
+    assert not old_path.exists() and sorted(reg.files()) == sorted([reg.path(new_key), other])
+    record = reg.get(new_key)
+    assert record["key"] == new_key and record["examples"] == rows and record["summary"] == {"examples": 2}
+    assert record["versions"] == {"bildlab": "0.2.0", "torch": "2.3.0", "transformers": "5.1.0"}
+    assert ev.migrate(tmp_path) == 0  # nothing left to move
 
 
 def test_records_are_stored_as_columns_with_each_sweeps_vanilla_runs_once(fake_zoo, tmp_path):
