@@ -172,10 +172,14 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
 
 
 def _memory(pair: str, found: ev.Lookup) -> dict:
-    """A sweep's batches of outputs: the rows of one, the longest source, its peak, the rows that fit each GPU."""
+    """A sweep's batches of outputs: the rows of one, the longest source, its peak, the rows that fit each GPU (none
+    of these where the models' configs or the tokenizer cannot be read: a zoo that is not there)."""
     rows = min(found.run["batch_size"], found.examples())
-    geometries, weights = _geometry(pair)
-    source, new = _longest_source(pair, found.task, found.split, found.limit), found.run["max_new_tokens"]
+    try:
+        geometries, weights = _geometry(pair)
+        source, new = _longest_source(pair, found.task, found.split, found.limit), found.run["max_new_tokens"]
+    except OSError:
+        return {}
     fits = {gb: mem.rows_that_fit(geometries, source, new, int(gb * 1e9 * (1 - mem.MARGIN)) - weights, rows)
             for gb in DEVICE_GB}
     return {"batch_size": rows, "source": source, "peak": mem.peak_bytes(geometries, rows, source, new), "fits": fits}
