@@ -388,7 +388,11 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
     assert [(s["policies"], s["to_run"]) for s in val["rq4_early_exit"]] == [(32, 16), (32, 16)]
     assert [(s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(0, 0), (0, 0)]
     text = plan.format_plan(rows, "toy")
-    assert "CPU hours" in text and text.splitlines()[-2].startswith("total") and "COST_RATIO" in text.splitlines()[-1]
+    lines = text.splitlines()
+    assert "CPU hours" in text and "COST_RATIO" in lines[-1] and any(line.startswith("total") for line in lines)
+    devices = lines.index("CPU h on 1, 4, 8 devices (Ray: a sweep's output chunks, then its timing shards, spread over "
+                          "the devices; threads cores a task):")
+    assert [line.split()[0] for line in lines[devices + 1 : -1]] == runner.notebook_names() + ["total"]
 
 
 @pytest.mark.parametrize("params, words", [({"executor": "spark"}, ["executor", "'local'"]),
