@@ -29,6 +29,7 @@ def _other_transformers(monkeypatch):
     fake = lambda: {**real, "transformers": "5.0.1"}  # noqa: E731
     monkeypatch.setattr(registry, "versions", fake)
     monkeypatch.setattr(ev, "versions", fake)
+    monkeypatch.setattr(ev.records, "versions", fake)  # where records are built
     return real
 
 
