@@ -182,6 +182,9 @@ def _memory(pair: str, found: ev.Lookup) -> dict:
         return {}
     fits = {gb: mem.rows_that_fit(geometries, source, new, int(gb * 1e9 * (1 - mem.MARGIN)) - weights, rows)
             for gb in DEVICE_GB}
+    given = found.run["memory"]  # the study's own budget, when it names one
+    if given is not None:
+        fits[f"memory={given}"] = mem.rows_that_fit(geometries, source, new, mem.parse(given), rows)
     return {"batch_size": rows, "source": source, "peak": mem.peak_bytes(geometries, rows, source, new), "fits": fits}
 
 
@@ -267,8 +270,9 @@ def format_plan(rows: list[dict], profile: str) -> str:
             batched = f" + {s['outputs']:,} outputs in batches" if s["outputs"] else ""
             if "peak" in s:
                 fits = ", ".join(f"{gb} GB {s['fits'][gb]}" for gb in DEVICE_GB)
+                given = [f"; with {name}: {n} rows" for name, n in s["fits"].items() if name not in DEVICE_GB]
                 batched += (f"; a batch of {s['batch_size']} rows (sources up to {s['source']} tokens) peaks at "
-                            f"{mem.fmt(s['peak'])}; rows that fit a GPU of {fits}")
+                            f"{mem.fmt(s['peak'])}; rows that fit a GPU of {fits}{''.join(given)}")
             lines.append(f"    {s['pair']} {s['split']}: {s['examples']} examples x {s['policies']} policies "
                          f"({s['to_run']} to compute: no record, none planned above) -> {s['decodes']:,} decodes"
                          f" at batch 1 on {s['timed']} examples{batched}")

@@ -596,3 +596,7 @@ def test_the_paper_plan_sizes_batches_by_memory_and_divides_by_devices(monkeypat
         assert gpu[1] / d - 0.02 <= gpu[d] <= gpu[1] / d * 1.15
     text = plan.format_plan([row], "paper")
     assert "GPU h on 1, 4, 8 devices" in text and "rows that fit a GPU of 16 GB" in text
+    (named,) = plan.plan("paper", ["rq1_small_writes_most"], {"memory": "6GiB"})  # a budget the user names
+    xsum = next(s for s in named["sweeps_detail"] if s["pair"] == "xsum")
+    assert 0 < xsum["fits"]["memory=6GiB"] <= 6 * 2 ** 30 / cache
+    assert f"with memory=6GiB: {xsum['fits']['memory=6GiB']} rows" in plan.format_plan([named], "paper")
