@@ -19,7 +19,9 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
                  statistics follow from where the two argmaxes agree, window by window of min(k, left) drafts.
 
 Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only prompts are left-padded, with an
-attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
+attention mask and position ids (built as transformers' generate builds them, for a forward that takes them); a model
+that takes no position ids or whose cache holds a state (`capabilities.pads`) is never padded: its batches hold rows
+of one length (stats["layout"] says so). Encoder-decoder sources are right-padded with an encoder attention mask (the decoder
 rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
 `Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
 at the step it finishes, so it costs no further compute (a speculative row whose EOS was accepted inside a draft
@@ -38,9 +40,9 @@ their model calls. Sampling is refused: a sampled output depends on the random s
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
+from transformers import PreTrainedModel
 
+from . import capabilities
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
 from .views import forward_kwargs
@@ -55,29 +57,32 @@ class _Rows:
     def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
         self.model = model
         self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.positions = capabilities.forward(model).positions  # else the model derives them (never padded then)
+        # a decoder-only model that is never padded gets no mask, as transformers' generate drops an all-ones one
+        self.masked = model.config.is_encoder_decoder or capabilities.pads(model)
         self.encoded = None
         if model.config.is_encoder_decoder:
             if encoded is None:
-                encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask).last_hidden_state
-            self.encoded = encoded
-            # layers are added as the decoder uses them (see views.View)
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        else:
-            self.cache = DynamicCache(config=model.config)
+                encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+            self.encoded = encoded.last_hidden_state
+            self.wrap = type(encoded)  # the encoder's own output class (MoE models read its router fields)
+        self.cache = capabilities.new_cache(model, record=False)
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         """Feed ids [rows, n] and return float logits [rows, vocab] at the last fed position."""
-        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask}
+        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask if self.masked else None}
         if self.encoded is not None:
-            kw.update(decoder_input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=self.encoded))
+            kw.update(decoder_input_ids=ids, encoder_outputs=self.wrap(last_hidden_state=self.encoded))
         else:
-            kw.update(input_ids=ids, position_ids=positions)
+            kw["input_ids"] = ids
+            if self.positions:
+                kw["position_ids"] = positions
             if self.keep_kw:
                 kw["logits_to_keep"] = 1
         return self.model(**kw).logits[:, -1].float()
 
     def select(self, keep: torch.Tensor) -> None:
-        self.cache.batch_select_indices(keep)
+        self.cache.reorder_cache(keep)  # beam search's route: every cache layer has it (batch_select_indices not)
         if self.encoded is not None:
             self.encoded = self.encoded[keep]
 
@@ -154,7 +159,8 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             source[i, : x.shape[1]], mask[i, : x.shape[1]] = x[0], 1
         models = [_Rows(large, source, mask)]
         if small is not None:
-            shared = models[0].encoded if shares_bottom_layers(small, large) else None
+            first = models[0]
+            shared = first.wrap(last_hidden_state=first.encoded) if shares_bottom_layers(small, large) else None
             models.append(_Rows(small, source, mask, shared))
         ids, positions, masks = torch.full((B, 1), _decoder_start(large), device=device), None, None
     else:  # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens only
@@ -282,11 +288,35 @@ def generate_batch(
             raise type(e)(f"inputs[{i}]: {e}") from None
     eos = torch.tensor(sorted(_eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
+    capabilities.require_pair(large, small, method, drafts, batch=True)
+    equal = _equal_lengths(large, small if drafts else None)
     order = sorted(range(len(xs)), key=lambda i: xs[i].shape[1])
     outputs = [None] * len(xs)
-    for b in range(0, len(order), batch_size):
-        rows = order[b : b + batch_size]
+    for rows in _batches(order, [x.shape[1] for x in xs], batch_size, equal):
         for i, out in zip(rows, _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy,
                                           eos)):
+            if equal:
+                out.stats["layout"] = EQUAL
             outputs[i] = out
     return outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Models that a batch must not pad (capabilities.pads): rows of one length only
+
+EQUAL = "equal-length batches: this model takes no position ids or holds a state, so it is never padded"
+
+
+def _equal_lengths(large: PreTrainedModel, small: PreTrainedModel | None) -> bool:
+    return not large.config.is_encoder_decoder and not all(capabilities.pads(m) for m in (large, small) if m)
+
+
+def _batches(order: list[int], lengths: list[int], batch_size: int, equal: bool) -> list[list[int]]:
+    """`order` (rows sorted by length) cut into batches of `batch_size` rows; `equal`: of one length each, too."""
+    batches = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and (not equal or lengths[batches[-1][0]] == lengths[i]):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches

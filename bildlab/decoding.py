@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from .capabilities import require_pair
 from .early_exit import shares_bottom_layers
 from .timing import clock as _clock
 from .views import EarlyExitView, View
@@ -175,9 +176,11 @@ def generate(
     See the module docstring for the methods.
     Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
     output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
+    What cannot be exact for these models is refused before the first token (`capabilities.Unsupported`).
     """
     input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
                        do_sample, temperature, top_k, top_p, seed, rollback_rule)
+    require_pair(model, small, method, drafts=method == "speculative" or (method == "bild" and fallback < 1.0))
     do_sample = do_sample or method == "sample"
     eos = _eos_ids(model, eos_token_id)
     device = input_ids.device
