@@ -1,0 +1,190 @@
+"""The model table: on architectures of every cache kind and position scheme, each method's tokens equal transformers'
+greedy `generate`, or bildlab refuses with `Unsupported` before the first token -- never other tokens.
+
+Tiny random models (configs in the spirit of transformers' own model tests); the small model is a one-layer copy of
+the large one with its weights shared, so that drafts are accepted and BiLD's small model writes. `benchmarks/
+models_table.py` writes docs/models.md from `outcomes`. The CI set is `CHEAP`; every other architecture is `slow`.
+"""
+
+import pytest
+import torch
+import transformers as tf
+
+import bildlab
+from bildlab import capabilities
+from bildlab.batch import generate_batch
+
+VOCAB, N_NEW, LENGTHS = 64, 8, (5, 3, 5)  # two prompts of one length: equal-length batches hold more than one row
+COMMON = dict(vocab_size=VOCAB, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=128, initializer_range=0.3)
+SEQ2SEQ = dict(d_model=32, encoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+               decoder_ffn_dim=64, max_position_embeddings=128, init_std=0.3, decoder_start_token_id=2)
+T5 = dict(d_model=32, d_ff=64, num_heads=2, d_kv=16, num_layers=2, decoder_start_token_id=0, initializer_factor=3.0)
+
+# name: (model class, config class, config values, the config key of the decoder's depth)
+ARCHITECTURES = {
+    # the CI set: absolute / rotary / derived positions, no cache argument, a recurrent state, seq2seq, MoE seq2seq,
+    # a processor in the generation config
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(n_embd=32, n_head=2, n_positions=128, initializer_range=0.3),
+             "n_layer"),
+    "llama": ("LlamaForCausalLM", "LlamaConfig", ATTN, "num_hidden_layers"),
+    "openai-gpt": ("OpenAIGPTLMHeadModel", "OpenAIGPTConfig", dict(n_embd=32, n_head=2, n_positions=128,
+                                                                     initializer_range=0.3), "n_layer"),
+    "mamba": ("MambaForCausalLM", "MambaConfig", dict(hidden_size=32, state_size=8, intermediate_size=64,
+                                                      initializer_range=0.3), "num_hidden_layers"),
+    "roberta": ("RobertaForCausalLM", "RobertaConfig",
+                dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, is_decoder=True,
+                     max_position_embeddings=128, initializer_range=0.3, pad_token_id=1, bos_token_id=0),
+                "num_hidden_layers"),
+    "bart-causal": ("BartForCausalLM", "BartConfig", {**SEQ2SEQ, "forced_eos_token_id": None}, "decoder_layers"),
+    "t5": ("T5ForConditionalGeneration", "T5Config", T5, "num_decoder_layers"),
+    "bart": ("BartForConditionalGeneration", "BartConfig", SEQ2SEQ, "decoder_layers"),  # forced_eos_token_id=2
+    "bart-no-forced-eos": ("BartForConditionalGeneration", "BartConfig", {**SEQ2SEQ, "forced_eos_token_id": None},
+                           "decoder_layers"),
+    "switch-transformers": ("SwitchTransformersForConditionalGeneration", "SwitchTransformersConfig",
+                            {**T5, "num_experts": 4, "expert_capacity": 8}, "num_decoder_layers"),
+    # slow
+    "xlnet": ("XLNetLMHeadModel", "XLNetConfig", dict(d_model=32, n_head=2, d_inner=64, initializer_range=0.3),
+              "n_layer"),
+    "jamba": ("JambaForCausalLM", "JambaConfig",
+              {**ATTN, "num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 0,
+               "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "use_mamba_kernels": False},
+              "num_hidden_layers"),
+    "bamba": ("BambaForCausalLM", "BambaConfig", {**ATTN, "attn_layer_indices": [0], "mamba_n_heads": 4,
+                                                  "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1},
+              "num_hidden_layers"),
+    "mistral-window": ("MistralForCausalLM", "MistralConfig", {**ATTN, "sliding_window": 4}, "num_hidden_layers"),
+    "opt": ("OPTForCausalLM", "OPTConfig", dict(hidden_size=32, ffn_dim=64, num_attention_heads=2,
+                                                word_embed_proj_dim=32, max_position_embeddings=128, init_std=0.3),
+            "num_hidden_layers"),
+    "gpt-neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", {**ATTN, "num_key_value_heads": 4}, "num_hidden_layers"),
+    "bloom": ("BloomForCausalLM", "BloomConfig", dict(hidden_size=32, n_head=4, initializer_range=0.3), "n_layer"),
+    "qwen2-moe": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig",
+                  {**ATTN, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32, "num_experts": 4,
+                   "num_experts_per_tok": 2}, "num_hidden_layers"),
+    "falcon-mamba": ("FalconMambaForCausalLM", "FalconMambaConfig",
+                     dict(hidden_size=32, state_size=8, intermediate_size=64, initializer_range=0.3),
+                     "num_hidden_layers"),
+    "mamba2": ("Mamba2ForCausalLM", "Mamba2Config", dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8,
+                                                         n_groups=1, expand=2, initializer_range=0.3),
+               "num_hidden_layers"),
+    "recurrent-gemma": ("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig",
+                        dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             lru_width=32, attention_window_size=16, block_types=["attention", "recurrent"],
+                             initializer_range=0.3), "num_hidden_layers"),
+    "falcon-h1": ("FalconH1ForCausalLM", "FalconH1Config",
+                  {**ATTN, "mamba_d_ssm": 32, "mamba_n_heads": 4, "mamba_d_head": 8, "mamba_d_state": 8,
+                   "mamba_n_groups": 1, "mamba_expand": 1}, "num_hidden_layers"),
+    "lfm2": ("Lfm2ForCausalLM", "Lfm2Config", {**ATTN, "full_attn_idxs": [0]}, "num_hidden_layers"),
+    "pegasus": ("PegasusForConditionalGeneration", "PegasusConfig", {**SEQ2SEQ, "decoder_start_token_id": 0,
+                                                                    "forced_eos_token_id": None}, "decoder_layers"),
+    "marian": ("MarianMTModel", "MarianConfig", {**SEQ2SEQ, "decoder_start_token_id": 0, "forced_eos_token_id": None},
+               "decoder_layers"),
+    "mt5": ("MT5ForConditionalGeneration", "MT5Config", T5, "num_decoder_layers"),
+    "prophetnet": ("ProphetNetForConditionalGeneration", "ProphetNetConfig",
+                   dict(hidden_size=32, encoder_ffn_dim=64, decoder_ffn_dim=64, num_encoder_attention_heads=2,
+                        num_decoder_attention_heads=2, num_encoder_layers=2, ngram=2, decoder_start_token_id=0,
+                        init_std=0.3), "num_decoder_layers"),
+    "xlm": ("XLMWithLMHeadModel", "XLMConfig", dict(emb_dim=32, n_heads=2, is_encoder=False, causal=True,
+                                                     init_std=0.3), "n_layers"),
+    "ctrl": ("CTRLLMHeadModel", "CTRLConfig", dict(n_embd=32, n_head=2, dff=64, n_positions=128), "n_layer"),
+    "rwkv": ("RwkvForCausalLM", "RwkvConfig", dict(hidden_size=32, attention_hidden_size=32, intermediate_size=64,
+                                                   context_length=128), "num_hidden_layers"),
+}
+CHEAP = ("gpt2", "llama", "openai-gpt", "mamba", "roberta", "bart-causal", "t5", "bart", "bart-no-forced-eos",
+         "switch-transformers")
+# the checks: (name, generate's keywords, whether the small model is the large one itself)
+CHECKS = [
+    ("greedy", dict(method="greedy"), False),
+    ("speculative", dict(method="speculative", k=3), False),
+    ("bild", dict(method="bild", fallback=0.3, rollback=0.0), False),  # first-differing, rollback 0: lossless
+    ("bild-first-above", dict(method="bild", fallback=0.3, rollback=1.0, rollback_rule="first-above"), True),
+]
+METHODS = [name for name, _, _ in CHECKS]
+ROUTES = METHODS + [f"batch {m}" for m in METHODS]
+# what bildlab refuses where the table is expected to hold (every other route is exact)
+ALL = set(ROUTES)
+ROLLBACK = {"speculative", "bild", "bild-first-above"}
+REFUSED = {"openai-gpt": ALL, "xlnet": ALL, "rwkv": ALL, "bart": ALL, "mamba": ROLLBACK, "jamba": ROLLBACK,
+           "bamba": ROLLBACK, "falcon-mamba": ROLLBACK, "mamba2": ROLLBACK, "falcon-h1": ROLLBACK,
+           "lfm2": ROLLBACK, "recurrent-gemma": ROLLBACK}
+
+
+def build(name: str, seed: int = 0):
+    """The large model (two decoder layers) and its one-layer copy, sharing weights."""
+    model_cls, config_cls, values, depth = ARCHITECTURES[name]
+    model_cls, config_cls = getattr(tf, model_cls), getattr(tf, config_cls)
+    values = {**COMMON, **values}
+    torch.manual_seed(seed)
+    large = model_cls(config_cls(**{depth: 2}, **values)).eval()
+    small = model_cls(config_cls(**{depth: 1}, **values)).eval()
+    small.load_state_dict(large.state_dict(), strict=False)
+    return large, small
+
+
+def hf_greedy(model, x, eos):
+    """transformers' greedy generate, new tokens only, with the model's own generation config (its processors)."""
+    out = model.generate(x, do_sample=False, num_beams=1, max_new_tokens=N_NEW, eos_token_id=eos, pad_token_id=0)
+    return out[0, 1 if model.config.is_encoder_decoder else x.shape[1]:].tolist()
+
+
+def _run(route: str, large, small, xs, eos) -> list[list[int]]:
+    name, kw, self_draft = next(c for c in CHECKS if c[0] == route.removeprefix("batch "))
+    kw = dict(kw, small=large if self_draft else small, max_new_tokens=N_NEW, eos_token_id=eos)
+    if route.startswith("batch "):
+        return [out.tokens for out in generate_batch(large, xs, batch_size=4, **kw)]
+    return [bildlab.generate(large, x, **kw).tokens for x in xs]
+
+
+@torch.inference_mode()
+def outcomes(name: str) -> dict[str, str]:
+    """{route: "exact" | "refused: <bildlab's message>" | "WRONG ..."} over three prompts, without an EOS and with one
+    that ends an output inside the budget; "lossy" compares bild's first-above rule with a lossy policy between the
+    engine and generate_batch (two implementations of one definition)."""
+    large, small = build(name)
+    xs = [torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(s)) for s, n in enumerate(LENGTHS)]
+    full = [hf_greedy(large, x, []) for x in xs]
+    inside = next((t for out in full for j, t in enumerate(out[2:-1], 2) if t not in out[:j]), None)
+    refs = {(): full}
+    if inside is not None:
+        refs[(inside,)] = [hf_greedy(large, x, [inside]) for x in xs]
+    table = {}
+    for route in ROUTES:
+        try:
+            got = {eos: _run(route, large, small, xs, list(eos)) for eos in refs}
+        except capabilities.Unsupported as e:
+            table[route] = f"refused: {e}"
+            continue
+        table[route] = "exact" if got == refs else f"WRONG: {got} != {refs}"
+    policy = dict(small=small, method="bild", fallback=0.3, rollback=1.0, rollback_rule="first-above",
+                  max_new_tokens=N_NEW, eos_token_id=[])
+    try:
+        one = [bildlab.generate(large, x, **policy).tokens for x in xs]
+        table["lossy"] = "exact" if [o.tokens for o in generate_batch(large, xs, **policy)] == one else "WRONG"
+    except capabilities.Unsupported as e:
+        table["lossy"] = f"refused: {e}"
+    return table
+
+
+def _check(name: str):
+    table = outcomes(name)
+    wrong = {route: result for route, result in table.items() if result.startswith("WRONG")}
+    assert not wrong  # no silent mismatch
+    refused = {route for route in ROUTES if table[route].startswith("refused")}
+    assert refused == REFUSED.get(name, set()), {r: table[r] for r in refused}
+    for route in refused:  # bildlab's message names the model class, the method (and generate_batch)
+        method = next(kw["method"] for check, kw, _ in CHECKS if check == route.split()[-1])
+        batch = " in generate_batch" if route.startswith("batch") else ""
+        assert table[route].startswith(f"refused: {ARCHITECTURES[name][0]}: method '{method}'{batch}"), table[route]
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_every_route_is_exact_or_refused(name):
+    _check(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ARCHITECTURES if n not in CHEAP])
+def test_every_route_is_exact_or_refused_slow(name):
+    _check(name)
