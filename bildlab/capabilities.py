@@ -78,7 +78,8 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class Cache:
-    error: str | None  # the forward failed on bildlab's cache: its exception, one line
+    error: str | None  # a one-token-a-step forward failed on bildlab's cache: its exception, one line
+    chunks: str | None  # feeding several new tokens at once (a verification) failed: its exception, one line
     croppable: bool
     kind: str  # what the cache holds, for messages
 
@@ -86,31 +87,54 @@ class Cache:
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _one_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 @torch.inference_mode()
 def probe(model: PreTrainedModel) -> Cache:
-    """A two-token prefill (one decoder token after a two-token source) on a fresh cache: can it be cropped?"""
+    """On a fresh cache: a prefill (two prompt tokens, or one decoder token after a two-token source) -- can the cache
+    then be cropped? -- a step of one token, then two tokens at once, as a verification feeds them."""
     if model in _PROBED:
         return _PROBED[model]
-    fwd = forward(model)
-    cache = new_cache(model)
-    ids = torch.tensor([[3, 4]], device=model.device) % model.config.get_text_config().vocab_size
-    kw = {fwd.cache_kw: cache, "use_cache": True}
-    try:
+    fwd, cache, device = forward(model), new_cache(model), model.device
+    vocab = model.config.get_text_config().vocab_size
+    kw, past = {fwd.cache_kw: cache, "use_cache": True}, 0
+
+    def feed(ids):
+        nonlocal past
+        ids = torch.tensor([ids], device=device) % vocab
         if model.config.is_encoder_decoder:
-            start = model.generation_config.decoder_start_token_id or 0
-            encoded = model.get_encoder()(input_ids=ids, return_dict=True)  # as views.View runs it
-            kw.update(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[start]], device=model.device))
+            kw["decoder_input_ids"] = ids
         else:
             kw["input_ids"] = ids
             if fwd.positions:
-                kw["position_ids"] = positions(torch.ones_like(ids))
+                kw["position_ids"] = torch.arange(past, past + ids.shape[1], device=device)[None]
         model(**kw)
+        past += ids.shape[1]
+
+    error = chunks = None
+    croppable, kind = False, "unknown"
+    try:
+        if model.config.is_encoder_decoder:
+            kw["encoder_outputs"] = model.get_encoder()(input_ids=torch.tensor([[3, 4]], device=device) % vocab,
+                                                        return_dict=True)  # as views.View runs it
+            feed([model.generation_config.decoder_start_token_id or 0])
+        else:
+            feed([3, 4])
+        croppable = bool(cache.is_croppable)  # after a prefill, as transformers' assisted generation checks it
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         layers = {type(layer).__name__ for layer in getattr(self_cache, "layers", [])}
         kind = "a recurrent state" if any("Linear" in n for n in layers) else ", ".join(sorted(layers)) or "empty"
-        found = Cache(None, bool(cache.is_croppable), kind)
+        feed([5])
     except Exception as e:  # noqa: BLE001 -- any failure here is a model bildlab cannot run: refused, with its reason
-        found = Cache(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", False, "unknown")
+        error = _one_line(e)
+    if error is None and croppable:
+        try:
+            feed([6, 7])
+        except Exception as e:  # noqa: BLE001
+            chunks = _one_line(e)
+    found = Cache(error, chunks, croppable, kind)
     _PROBED[model] = found
     return found
 
@@ -165,6 +189,9 @@ def require(model: PreTrainedModel, method: str, rolls_back: bool, batch: bool =
     if rolls_back and not batch and not cache.croppable:
         raise Unsupported(f"{where} needs a cache that can be cropped (this model's cache holds {cache.kind}); "
                           "greedy and generate_batch work")
+    if rolls_back and not batch and cache.chunks is not None:
+        raise Unsupported(f"{where} needs a forward that takes several new tokens at once on its cache, to verify a "
+                          f"draft ({cache.chunks}); greedy and generate_batch work")
     return fwd
 
 

@@ -86,11 +86,10 @@ ARCHITECTURES = {
                    dict(hidden_size=32, encoder_ffn_dim=64, decoder_ffn_dim=64, num_encoder_attention_heads=2,
                         num_decoder_attention_heads=2, num_encoder_layers=2, ngram=2, decoder_start_token_id=0,
                         init_std=0.3), "num_decoder_layers"),
-    "xlm": ("XLMWithLMHeadModel", "XLMConfig", dict(emb_dim=32, n_heads=2, is_encoder=False, causal=True,
-                                                     init_std=0.3), "n_layers"),
+    "xlm": ("XLMWithLMHeadModel", "XLMConfig", dict(emb_dim=32, n_heads=2, init_std=0.3), "n_layers"),
     "ctrl": ("CTRLLMHeadModel", "CTRLConfig", dict(n_embd=32, n_head=2, dff=64, n_positions=128), "n_layer"),
     "rwkv": ("RwkvForCausalLM", "RwkvConfig", dict(hidden_size=32, attention_hidden_size=32, intermediate_size=64,
-                                                   context_length=128), "num_hidden_layers"),
+                                                   context_length=128, rescale_every=0), "num_hidden_layers"),
 }
 CHEAP = ("gpt2", "llama", "openai-gpt", "mamba", "roberta", "bart-causal", "t5", "bart", "bart-no-forced-eos",
          "switch-transformers")
@@ -108,17 +107,19 @@ ALL = set(ROUTES)
 ROLLBACK = {"speculative", "bild", "bild-first-above"}
 REFUSED = {"openai-gpt": ALL, "xlnet": ALL, "rwkv": ALL, "bart": ALL, "mamba": ROLLBACK, "jamba": ROLLBACK,
            "bamba": ROLLBACK, "falcon-mamba": ROLLBACK, "mamba2": ROLLBACK, "falcon-h1": ROLLBACK,
-           "lfm2": ROLLBACK, "recurrent-gemma": ROLLBACK}
+           "recurrent-gemma": ROLLBACK, "prophetnet": ROLLBACK, "xlm": ALL}
+DEPTHS = {"rwkv": (3, 2)}  # (large, small) decoder layers where not (2, 1): RWKV's init divides by layers - 1
 
 
 def build(name: str, seed: int = 0):
-    """The large model (two decoder layers) and its one-layer copy, sharing weights."""
+    """The large model (two decoder layers) and its one-layer copy, sharing weights (`DEPTHS`: other depths)."""
     model_cls, config_cls, values, depth = ARCHITECTURES[name]
     model_cls, config_cls = getattr(tf, model_cls), getattr(tf, config_cls)
     values = {**COMMON, **values}
     torch.manual_seed(seed)
-    large = model_cls(config_cls(**{depth: 2}, **values)).eval()
-    small = model_cls(config_cls(**{depth: 1}, **values)).eval()
+    layers = DEPTHS.get(name, (2, 1))
+    large = model_cls(config_cls(**{depth: layers[0]}, **values)).eval()
+    small = model_cls(config_cls(**{depth: layers[1]}, **values)).eval()
     small.load_state_dict(large.state_dict(), strict=False)
     return large, small
 
