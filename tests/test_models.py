@@ -6,6 +6,10 @@ the large one with its weights shared, so that drafts are accepted and BiLD's sm
 models_table.py` writes docs/models.md from `outcomes`. The CI set is `CHEAP`; every other architecture is `slow`.
 """
 
+import copy
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import transformers as tf
@@ -14,6 +18,8 @@ import bildlab
 from bildlab import capabilities
 from bildlab.batch import generate_batch
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "models.md"
+SCRIPT = "benchmarks/models_table.py"
 VOCAB, N_NEW, LENGTHS = 64, 8, (5, 3, 5)  # two prompts of one length: equal-length batches hold more than one row
 COMMON = dict(vocab_size=VOCAB, eos_token_id=2, bos_token_id=1, pad_token_id=0)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -168,8 +174,21 @@ def outcomes(name: str) -> dict[str, str]:
     return table
 
 
+def _reason(message: str) -> str:
+    """A refusal's reason: the message after the model class, the method and the route."""
+    return re.sub(r"^refused: \w+: method '[\w-]+'( in generate_batch)?( \(as the small model\))?:? ", "", message)
+
+
+def row(name: str, table: dict[str, str]) -> str:
+    """The architecture's line of docs/models.md."""
+    cells = [name, f"`{ARCHITECTURES[name][0]}`"] + [table[r].split(":")[0] for r in ROUTES + ["lossy"]]
+    reasons = list(dict.fromkeys(_reason(m) for m in table.values() if m.startswith("refused")))
+    return "| " + " | ".join(cells + ["<br>".join(reasons).replace("|", "\\|") or "–"]) + " |"
+
+
 def _check(name: str):
     table = outcomes(name)
+    assert row(name, table) in DOC.read_text(), f"docs/models.md is not up to date: python {SCRIPT}"
     wrong = {route: result for route, result in table.items() if result.startswith("WRONG")}
     assert not wrong  # no silent mismatch
     refused = {route for route in ROUTES if table[route].startswith("refused")}
@@ -189,3 +208,57 @@ def test_every_route_is_exact_or_refused(name):
 @pytest.mark.parametrize("name", [n for n in ARCHITECTURES if n not in CHEAP])
 def test_every_route_is_exact_or_refused_slow(name):
     _check(name)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The generation config's logits processors, and the refusal before any model call
+
+SETTINGS = {"forced_bos_token_id": 1, "forced_eos_token_id": 2, "no_repeat_ngram_size": 2,
+            "encoder_no_repeat_ngram_size": 2, "repetition_penalty": 1.2, "encoder_repetition_penalty": 1.2,
+            "min_length": 3, "min_new_tokens": 2, "bad_words_ids": [[5]], "suppress_tokens": [5],
+            "begin_suppress_tokens": [5], "sequence_bias": {(5,): -1.0}, "exponential_decay_length_penalty": (2, 1.1),
+            "guidance_scale": 1.5}
+
+
+def _transformers_processors(model, config) -> list[str]:
+    model._prepare_special_tokens(config, True, device="cpu")
+    return [type(p).__name__ for p in model._get_logits_processor(
+        config, input_ids_seq_length=1, encoder_input_ids=torch.tensor([[5, 6, 7]]), device="cpu", model_kwargs={})]
+
+
+def test_each_processor_setting_is_refused_by_name():
+    large, small = build("t5")
+    x = torch.tensor([[5, 6, 7]])
+    default = large.generation_config
+    assert _transformers_processors(large, copy.deepcopy(default)) == [] and capabilities.processors(large) == []
+    assert set(SETTINGS) <= set(capabilities.PROCESSORS)
+    try:
+        for field, value in SETTINGS.items():
+            large.generation_config = copy.deepcopy(default)
+            setattr(large.generation_config, field, value)
+            assert _transformers_processors(large, copy.deepcopy(large.generation_config)), field  # a processor
+            for method in ("greedy", "speculative"):
+                with pytest.raises(capabilities.Unsupported, match=f"generation config sets {field}="):
+                    bildlab.generate(large, x, small=small, method=method, max_new_tokens=4)
+            with pytest.raises(bildlab.Unsupported, match=f"in generate_batch: the generation config sets {field}="):
+                generate_batch(large, [x], max_new_tokens=4)
+    finally:
+        large.generation_config = default
+    assert bildlab.generate(large, x, max_new_tokens=4).tokens == hf_greedy(large, x, [])[:4]
+
+
+def test_a_refusal_comes_before_any_model_call():
+    large, small = build("mamba")
+    x = torch.tensor([[5, 6, 7]])
+    assert bildlab.generate(large, x, max_new_tokens=2).tokens  # greedy runs (and the cache was probed)
+    calls = []
+    hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in (large, small)]
+    try:
+        for method in ("speculative", "bild"):
+            with pytest.raises(ValueError, match=r"^MambaForCausalLM: method '\w+' needs a cache that can be cropped"):
+                bildlab.generate(large, x, small=small, method=method, max_new_tokens=4)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert calls == []  # the large model was probed by greedy; refused, the small model is not even probed
+    assert issubclass(bildlab.Unsupported, ValueError)
