@@ -20,14 +20,15 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
 
 Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only prompts are left-padded, with an
 attention mask and position ids (built as transformers' generate builds them, for a forward that takes them); a model
-that takes no position ids or whose cache holds a state (`capabilities.pads`) is never padded: its batches hold rows
-of one length (stats["layout"] says so). Encoder-decoder sources are right-padded with an encoder attention mask (the decoder
-rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
-`Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
-at the step it finishes, so it costs no further compute (a speculative row whose EOS was accepted inside a draft
-window runs on to the window's end, at most k - 1 positions, for the engine's counts of that window). An early-exit
-draft (`early_exit.exit_draft`) uses the large model's encoder outputs but keeps its own cache (its bottom layers run
-twice per token; the engine recomputes them too, in the large model's pass).
+that takes no position ids, whose cache holds a state, or whose padded rows do not give the unpadded row's logits
+(`capabilities.pads`) is never padded: its batches hold rows of one length, without a mask (stats["layout"] says so).
+Encoder-decoder sources are right-padded with an encoder attention mask (the decoder rows all start at the decoder
+start token and stay aligned). Each model keeps one KV cache per batch (transformers `Cache`), fed one token per row
+and step, never cropped; a finished row is dropped from the caches (`Cache.reorder_cache`, which every cache has),
+masks and state at the step it finishes, so it costs no further compute (a speculative row whose EOS was accepted
+inside a draft window runs on to the window's end, at most k - 1 positions, for the engine's counts of that window).
+An early-exit draft (`early_exit.exit_draft`) uses the large model's encoder outputs but keeps its own cache (its
+bottom layers run twice per token; the engine recomputes them too, in the large model's pass).
 
 Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly: small_tokens,
 large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and fallbacks except for BiLD rows with

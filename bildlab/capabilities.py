@@ -8,10 +8,12 @@ exception type, a ValueError) naming the model class, the method and the reason.
                 transformers' `generate` builds them (`_prepare_position_ids_for_generation`), in `generate` and
                 `generate_batch` alike; one that takes none derives them itself, so a batch never left-pads it
                 (`generate_batch` then batches equal-length rows only).
-    cache       probed once per model with a two-token prefill on the cache bildlab builds: a forward that fails on it
-                is refused with its error; a cache that cannot be cropped (a recurrent or convolution state, transformers'
-                `Cache.is_croppable`, which its assisted generation also checks) refuses the methods that roll back
-                (speculative, bild with a draft), and keeps `generate_batch` to equal-length rows (no padding).
+    cache       probed once per model (`probe`) on the cache bildlab builds: a forward that fails on it is refused
+                with its error; a cache that cannot be cropped (a recurrent state; transformers' `Cache.is_croppable`,
+                which its assisted generation also checks), or tokens fed several at once that do not give the logits
+                of one token after another (a non-causal decoder, positions derived from the tokens), refuse the
+                methods that roll back (speculative, bild with a draft) in `generate`; `generate_batch` pads only a
+                model whose padded rows give the unpadded row's logits, and batches equal-length rows otherwise.
     generation  settings of the model's generation config that transformers' greedy `generate` turns into logits
     config      processors (forced_eos_token_id, no_repeat_ngram_size, ...) are refused by name: bildlab applies
                 none, and does not ignore them silently. Clear them on `model.generation_config` to decode without.
@@ -79,9 +81,10 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class Cache:
     error: str | None  # a one-token-a-step forward failed on bildlab's cache: its exception, one line
-    chunks: str | None  # feeding several new tokens at once (a verification) failed: its exception, one line
+    chunks: str | None  # why several new tokens fed at once (a verification) are not one token after another
     croppable: bool
     kind: str  # what the cache holds, for messages
+    pads: bool = False  # decoder-only: a left-padded row gets the unpadded row's logits (prefill and a step)
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -91,52 +94,114 @@ def _one_line(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
+def _feed(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tensor:
+    """Float logits [rows, n, vocab] of feeding ids [rows, n] on `cache` (`past` positions cached, or `mask`)."""
+    kw = {fwd.cache_kw: cache, "use_cache": True}
+    if encoded is not None:
+        kw.update(encoder_outputs=encoded, decoder_input_ids=ids)
+    else:
+        kw["input_ids"] = ids
+        if mask is not None:
+            kw["attention_mask"] = mask
+        if fwd.positions:
+            kw["position_ids"] = (positions(mask)[:, -ids.shape[1]:] if mask is not None else
+                                  torch.arange(past, past + ids.shape[1], device=ids.device)[None])
+    return model(**kw).logits.float()
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor, noise: float = 0.0) -> bool:
+    """Beyond rounding: ten times the `noise` seen between two equal computations, and 1e-4 of the logits' scale."""
+    return _gap(a, b) > 10 * noise + 1e-4 * a.abs().max().item()
+
+
 @torch.inference_mode()
 def probe(model: PreTrainedModel) -> Cache:
     """On a fresh cache: a prefill (two prompt tokens, or one decoder token after a two-token source) -- can the cache
-    then be cropped? -- a step of one token, then two tokens at once, as a verification feeds them."""
+    then be cropped? -- and a step of one token; then `_chunks` and `_pads`. Once per model."""
     if model in _PROBED:
         return _PROBED[model]
-    fwd, cache, device = forward(model), new_cache(model), model.device
-    vocab = model.config.get_text_config().vocab_size
-    kw, past = {fwd.cache_kw: cache, "use_cache": True}, 0
+    fwd, device, vocab = forward(model), model.device, model.config.get_text_config().vocab_size
 
-    def feed(ids):
-        nonlocal past
-        ids = torch.tensor([ids], device=device) % vocab
-        if model.config.is_encoder_decoder:
-            kw["decoder_input_ids"] = ids
-        else:
-            kw["input_ids"] = ids
-            if fwd.positions:
-                kw["position_ids"] = torch.arange(past, past + ids.shape[1], device=device)[None]
-        model(**kw)
-        past += ids.shape[1]
+    def ids(*rows):
+        return torch.tensor(rows, device=device) % vocab
 
-    error = chunks = None
-    croppable, kind = False, "unknown"
+    encoded = None
     try:
+        cache = new_cache(model)
         if model.config.is_encoder_decoder:
-            kw["encoder_outputs"] = model.get_encoder()(input_ids=torch.tensor([[3, 4]], device=device) % vocab,
-                                                        return_dict=True)  # as views.View runs it
-            feed([model.generation_config.decoder_start_token_id or 0])
+            encoded = model.get_encoder()(input_ids=ids([3, 4]), return_dict=True)  # as views.View runs it
+            prefix = ids([model.generation_config.decoder_start_token_id or 0])
         else:
-            feed([3, 4])
+            prefix = ids([3, 4])
+        first = _feed(model, fwd, cache, prefix, encoded=encoded)
         croppable = bool(cache.is_croppable)  # after a prefill, as transformers' assisted generation checks it
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         layers = {type(layer).__name__ for layer in getattr(self_cache, "layers", [])}
         kind = "a recurrent state" if any("Linear" in n for n in layers) else ", ".join(sorted(layers)) or "empty"
-        feed([5])
+        step = _feed(model, fwd, cache, ids([5]), prefix.shape[1], encoded=encoded)
     except Exception as e:  # noqa: BLE001 -- any failure here is a model bildlab cannot run: refused, with its reason
-        error = _one_line(e)
-    if error is None and croppable:
-        try:
-            feed([6, 7])
-        except Exception as e:  # noqa: BLE001
-            chunks = _one_line(e)
-    found = Cache(error, chunks, croppable, kind)
-    _PROBED[model] = found
+        found = _PROBED[model] = Cache(_one_line(e), None, False, "unknown")
+        return found
+    chunks = _chunks(model, fwd, cache, prefix.shape[1] + 1, encoded, ids) if croppable else None
+    pads = encoded is None and fwd.positions and croppable and _pads(model, fwd, ids, first, step)
+    found = _PROBED[model] = Cache(None, chunks, croppable, kind, pads)
     return found
+
+
+def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
+    """Why tokens fed several at once, as a verification feeds them, do not give the logits of one token after another
+    (None: they do): the first token must not see the second; a pad token must not move the positions after it (a
+    model that derives positions from the tokens, as M2M100's decoder)."""
+
+    def feed(*tokens):
+        return _feed(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
+
+    def back(n):
+        cache.crop(-n)
+
+    try:
+        chunk = feed(6, 7)
+        back(2)
+        if _differs(chunk[0], feed(6, 8)[0]):
+            return ("a token sees the tokens fed after it in the same call: not a causal decoder (for a BERT-like "
+                    "model, config.is_decoder=False)")
+        pad = model.generation_config.pad_token_id
+        if isinstance(pad, int):
+            back(2)
+            feed(6)
+            noise = _gap(chunk[1], feed(7)[-1])
+            back(2)
+            padded = feed(pad, 7)
+            back(2)
+            feed(pad)
+            if _differs(padded[1], feed(7)[-1], noise):
+                return (f"fed at once after the pad token ({pad}), a token gets another position than one after "
+                        "another: this model derives positions from the tokens")
+        back(2)
+    except Exception as e:  # noqa: BLE001
+        return _one_line(e)
+    return None
+
+
+def _pads(model, fwd, ids, first, step) -> bool:
+    """Whether a row left-padded by one gets the unpadded row's logits at the prefill and the next step (beyond the
+    rounding between a batch row and the same row alone)."""
+    pad = model.generation_config.pad_token_id
+    pad = pad if isinstance(pad, int) else 0
+    try:
+        cache = new_cache(model, record=False)
+        mask = torch.tensor([[0, 1, 1], [1, 1, 1]], device=first.device)
+        batch = _feed(model, fwd, cache, ids([pad, 3, 4], [9, 3, 4]), mask=mask)
+        noise = _gap(batch[1, -1], _feed(model, fwd, new_cache(model, record=False), ids([9, 3, 4]))[0, -1])
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        after = _feed(model, fwd, cache, ids([5], [5]), mask=mask)
+        return not _differs(batch[0, -1], first[0, -1], noise) and not _differs(after[0, -1], step[0, -1], noise)
+    except Exception:  # noqa: BLE001 -- a model that cannot take a padded batch is batched without padding
+        return False
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -190,15 +255,15 @@ def require(model: PreTrainedModel, method: str, rolls_back: bool, batch: bool =
         raise Unsupported(f"{where} needs a cache that can be cropped (this model's cache holds {cache.kind}); "
                           "greedy and generate_batch work")
     if rolls_back and not batch and cache.chunks is not None:
-        raise Unsupported(f"{where} needs a forward that takes several new tokens at once on its cache, to verify a "
-                          f"draft ({cache.chunks}); greedy and generate_batch work")
+        raise Unsupported(f"{where} needs a forward that takes several new tokens at once on its cache, as one "
+                          f"token after another, to verify a draft ({cache.chunks}); greedy and generate_batch work")
     return fwd
 
 
 def pads(model: PreTrainedModel) -> bool:
-    """Whether `generate_batch` may left-pad this decoder-only model: it takes position ids, and its cache holds no
-    state that padding would enter (a croppable cache)."""
-    return forward(model).positions and probe(model).croppable
+    """Whether `generate_batch` may left-pad this decoder-only model: it takes position ids, its cache holds no state
+    that padding would enter (a croppable cache), and a padded row gets the unpadded row's logits (probed)."""
+    return probe(model).pads
 
 
 def require_pair(model: PreTrainedModel, small: PreTrainedModel | None, method: str, drafts: bool,

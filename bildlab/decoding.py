@@ -308,7 +308,7 @@ def truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
 
 
 def _decoder_start(model: PreTrainedModel) -> int:
-    for value in (model.generation_config.decoder_start_token_id, model.config.decoder_start_token_id,
+    for value in (model.generation_config.decoder_start_token_id, getattr(model.config, "decoder_start_token_id", None),
                   model.generation_config.bos_token_id):
         if value is not None:
             return int(value if isinstance(value, int) else value[0])

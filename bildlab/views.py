@@ -29,7 +29,7 @@ class View:
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:
             self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
-        self.cache = capabilities.new_cache(model)
+        self.cache = capabilities.new_cache(model, record=capabilities.probe(model).croppable)  # a state: no crop
         self.seconds += _clock(input_ids.device) - t0
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
