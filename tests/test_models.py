@@ -50,7 +50,18 @@ ARCHITECTURES = {
                            "decoder_layers"),
     "switch-transformers": ("SwitchTransformersForConditionalGeneration", "SwitchTransformersConfig",
                             {**T5, "num_experts": 4, "expert_capacity": 8}, "num_decoder_layers"),
+    "bert-not-a-decoder": ("BertLMHeadModel", "BertConfig", dict(hidden_size=32, num_attention_heads=2,
+                                                                  intermediate_size=64, max_position_embeddings=128,
+                                                                  initializer_range=0.3), "num_hidden_layers"),
     # slow
+    "m2m100": ("M2M100ForConditionalGeneration", "M2M100Config", {**SEQ2SEQ, "decoder_start_token_id": 2,
+                                                                  "forced_eos_token_id": None}, "decoder_layers"),
+    "git": ("GitForCausalLM", "GitConfig", dict(hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                                max_position_embeddings=128, initializer_range=0.3,
+                                                vision_config=dict(hidden_size=16, num_hidden_layers=1,
+                                                                   num_attention_heads=2, intermediate_size=16,
+                                                                   image_size=8, patch_size=4)),
+            "num_hidden_layers"),
     "xlnet": ("XLNetLMHeadModel", "XLNetConfig", dict(d_model=32, n_head=2, d_inner=64, initializer_range=0.3),
               "n_layer"),
     "jamba": ("JambaForCausalLM", "JambaConfig",
@@ -98,7 +109,7 @@ ARCHITECTURES = {
                                                    context_length=128, rescale_every=0), "num_hidden_layers"),
 }
 CHEAP = ("gpt2", "llama", "openai-gpt", "mamba", "roberta", "bart-causal", "t5", "bart", "bart-no-forced-eos",
-         "switch-transformers")
+         "switch-transformers", "bert-not-a-decoder")
 # the checks: (name, generate's keywords, whether the small model is the large one itself)
 CHECKS = [
     ("greedy", dict(method="greedy"), False),
@@ -113,7 +124,8 @@ ALL = set(ROUTES)
 ROLLBACK = {"speculative", "bild", "bild-first-above"}
 REFUSED = {"openai-gpt": ALL, "xlnet": ALL, "rwkv": ALL, "bart": ALL, "mamba": ROLLBACK, "jamba": ROLLBACK,
            "bamba": ROLLBACK, "falcon-mamba": ROLLBACK, "mamba2": ROLLBACK, "falcon-h1": ROLLBACK,
-           "recurrent-gemma": ROLLBACK, "prophetnet": ROLLBACK, "xlm": ALL}
+           "recurrent-gemma": ROLLBACK, "prophetnet": ROLLBACK, "xlm": ALL, "bert-not-a-decoder": ROLLBACK,
+           "m2m100": ROLLBACK}
 DEPTHS = {"rwkv": (3, 2)}  # (large, small) decoder layers where not (2, 1): RWKV's init divides by layers - 1
 
 
