@@ -305,7 +305,7 @@ def generate_batch(
 # ----------------------------------------------------------------------------------------------------------------------
 # Models that a batch must not pad (capabilities.pads): rows of one length only
 
-EQUAL = "equal-length batches: this model takes no position ids or holds a state, so it is never padded"
+EQUAL = "equal-length batches: left padding would change this model's tokens (capabilities.pads)"
 
 
 def _equal_lengths(large: PreTrainedModel, small: PreTrainedModel | None) -> bool:

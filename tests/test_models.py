@@ -157,11 +157,11 @@ def _run(route: str, large, small, xs, eos) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def outcomes(name: str) -> dict[str, str]:
+def outcomes(name: str, pair=None) -> dict[str, str]:
     """{route: "exact" | "refused: <bildlab's message>" | "WRONG ..."} over three prompts, without an EOS and with one
     that ends an output inside the budget; "lossy" compares bild's first-above rule with a lossy policy between the
-    engine and generate_batch (two implementations of one definition)."""
-    large, small = build(name)
+    engine and generate_batch (two implementations of one definition). `pair`: (large, small), else `build(name)`."""
+    large, small = pair or build(name)
     xs = [torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(s)) for s, n in enumerate(LENGTHS)]
     full = [hf_greedy(large, x, []) for x in xs]
     inside = next((t for out in full for j, t in enumerate(out[2:-1], 2) if t not in out[:j]), None)
@@ -274,3 +274,23 @@ def test_a_refusal_comes_before_any_model_call():
             h.remove()
     assert calls == []  # the large model was probed by greedy; refused, the small model is not even probed
     assert issubclass(bildlab.Unsupported, ValueError)
+
+
+def test_a_model_whose_positions_padding_moves_is_batched_by_length():
+    from bildlab.batch import EQUAL
+
+    xs = [torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(s)) for s, n in enumerate(LENGTHS)]
+    for name, prefills, layout in (("bart-causal", [(1, 3), (2, 5)], EQUAL), ("gpt2", [(3, 5)], None)):
+        large, _ = build(name)
+        capabilities.probe(large)  # once per model, before the first batch
+        shapes = []
+        hook = large.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                               with_kwargs=True)
+        try:
+            outs = generate_batch(large, xs, max_new_tokens=3, eos_token_id=[])
+        finally:
+            hook.remove()
+        assert [s for s in shapes if s[1] > 1] == prefills  # the prompts' prefills: which rows share a batch
+        assert [o.stats.get("layout") for o in outs] == [layout] * 3
+        assert [o.tokens for o in outs] == [bildlab.generate(large, x, max_new_tokens=3, eos_token_id=[]).tokens
+                                            for x in xs]
