@@ -171,7 +171,7 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             ids[i, P - x.shape[1] :] = x[0]
             masks[i, : P - x.shape[1]] = 0
         mask = masks[:, :P]
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        positions = capabilities.positions(mask)  # as transformers' generate
         models = [_Rows(large)] + ([_Rows(small)] if small is not None else [])
 
     rule = method if small is not None else "greedy"

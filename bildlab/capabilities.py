@@ -51,8 +51,8 @@ def forward_of(cls: type) -> Forward:
 
 
 def forward(model: PreTrainedModel) -> Forward:
-    """What this model's forward takes; `positions` only for a decoder-only model (generate passes none to a
-    decoder)."""
+    """What this model's forward takes; `positions` only for a decoder-only model (transformers' generate passes no
+    decoder position ids)."""
     fwd = forward_of(type(model))
     return dataclasses.replace(fwd, positions=fwd.positions and not model.config.is_encoder_decoder)
 
