@@ -72,8 +72,8 @@ def main(only: list[str]) -> int:
             print(model_type, cls_name, "LOUD", type(e).__name__, str(e)[:150].replace("\n", " "), flush=True)
             bad += 1
             continue
-        wrong = [route for route, result in table.items() if result.startswith("WRONG")]
-        reasons = sorted({_reason(r)[:100] for r in table.values() if r.startswith("refused")})
+        wrong = [route for route, result in table.items() if str(result).startswith("WRONG")]
+        reasons = sorted({_reason(r)[:100] for r in table.values() if str(r).startswith("refused")})
         print(model_type, cls_name, f"WRONG {wrong}" if wrong else "ok", reasons, flush=True)
         bad += bool(wrong)
     return int(bad > 0)

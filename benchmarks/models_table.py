@@ -31,10 +31,11 @@ with a message that names the model class, the method and the reason. Written by
 table of `tests/test_models.py` (tiny random models, transformers {version}; the test checks every line). The rules
 are in [decoding.md](decoding.md#which-models). The CI set: {cheap}; the others are marked `slow`.
 
-Routes: `greedy`; `speculative` (k=3, the one-layer copy as draft); `bild` (fallback 0.3, rollback 0, first-differing:
-lossless); `bild-first-above` (the paper's rule, the large model as its own draft: lossless); each also through
-`generate_batch` ("batch ..."). `lossy`: BiLD first-above with rollback 1 and the one-layer draft, where no transformers
-reference exists: `generate` against `generate_batch`.
+Routes: `greedy`; `speculative` (k=3, the one-layer copy as draft); `bild` (fallback 0, rollback 0, N=3,
+first-differing: lossless); `bild-first-above` (the paper's rule, the large model as its own draft: lossless); each also
+through `generate_batch` ("batch ..."); every route but greedy keeps drafted tokens somewhere. `lossy`: BiLD
+first-above with fallback 0.3, rollback 1 and the one-layer draft, where no transformers reference exists: `generate`
+against `generate_batch`.
 
 A wider search, `benchmarks/models_sweep.py` (every causal-LM and seq2seq architecture that transformers 5.24.0
 registers, from generic tiny config values, through the same checks), built and ran 129 of 234 model types: none gave
