@@ -22,14 +22,17 @@ Layout: rows sorted by input length, packed into batches under a memory budget (
 models' caches, encoder outputs, prefill temporaries and logits, estimated from their geometry by `memory.pack`; at
 most `batch_size` rows a batch). A CUDA out-of-memory error splits the batch in two and decodes the halves (the
 tokens do not depend on the batching); `report`, a dict, receives the budget, the rows of every batch decoded and
-the number of splits. Decoder-only prompts are left-padded, with an
-attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
-rows all start at the decoder start token and stay aligned). Each model keeps one KV cache per batch (transformers
-`Cache`), fed one token per row and step, never cropped; a finished row is dropped from the caches, masks and state
-at the step it finishes, so it costs no further compute (a speculative row whose EOS was accepted inside a draft
-window runs on to the window's end, at most k - 1 positions, for the engine's counts of that window). An early-exit
-draft (`early_exit.exit_draft`) uses the large model's encoder outputs but keeps its own cache (its bottom layers run
-twice per token; the engine recomputes them too, in the large model's pass).
+the number of splits. Decoder-only prompts are left-padded, with an attention mask and position ids (built as
+transformers' generate builds them, for a forward that takes them); a model that takes no position ids, whose cache
+holds a state, or whose padded rows do not give the unpadded row's logits (`capabilities.pads`) is never padded: its
+batches hold rows of one length, without a mask (stats["layout"] says so). Encoder-decoder sources are right-padded
+with an encoder attention mask (the decoder rows all start at the decoder start token and stay aligned). Each model
+keeps one KV cache per batch (transformers `Cache`), fed one token per row and step, never cropped; a finished row is
+dropped from the caches (`Cache.reorder_cache`, which every cache has), masks and state at the step it finishes, so
+it costs no further compute (a speculative row whose EOS was accepted inside a draft window runs on to the window's
+end, at most k - 1 positions, for the engine's counts of that window). An early-exit draft (`early_exit.exit_draft`)
+uses the large model's encoder outputs but keeps its own cache (its bottom layers run twice per token; the engine
+recomputes them too, in the large model's pass).
 
 Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly: small_tokens,
 large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and fallbacks except for BiLD rows with
@@ -42,9 +45,9 @@ their model calls. Sampling is refused: a sampled output depends on the random s
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
+from transformers import PreTrainedModel
 
+from . import capabilities
 from . import memory as mem
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
@@ -60,29 +63,32 @@ class _Rows:
     def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
         self.model = model
         self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.positions = capabilities.forward(model).positions  # else the model derives them (never padded then)
+        # a decoder-only model that is never padded gets no mask, as transformers' generate drops an all-ones one
+        self.masked = model.config.is_encoder_decoder or capabilities.pads(model)
         self.encoded = None
         if model.config.is_encoder_decoder:
             if encoded is None:
-                encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask).last_hidden_state
-            self.encoded = encoded
-            # layers are added as the decoder uses them (see views.View)
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        else:
-            self.cache = DynamicCache(config=model.config)
+                encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+            self.encoded = encoded.last_hidden_state
+            self.wrap = type(encoded)  # the encoder's own output class (MoE models read its router fields)
+        self.cache = capabilities.new_cache(model, record=False)
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         """Feed ids [rows, n] and return float logits [rows, vocab] at the last fed position."""
-        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask}
+        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask if self.masked else None}
         if self.encoded is not None:
-            kw.update(decoder_input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=self.encoded))
+            kw.update(decoder_input_ids=ids, encoder_outputs=self.wrap(last_hidden_state=self.encoded))
         else:
-            kw.update(input_ids=ids, position_ids=positions)
+            kw["input_ids"] = ids
+            if self.positions:
+                kw["position_ids"] = positions
             if self.keep_kw:
                 kw["logits_to_keep"] = 1
         return self.model(**kw).logits[:, -1].float()
 
     def select(self, keep: torch.Tensor) -> None:
-        self.cache.batch_select_indices(keep)
+        self.cache.reorder_cache(keep)  # beam search's route: every cache layer has it (batch_select_indices not)
         if self.encoded is not None:
             self.encoded = self.encoded[keep]
 
@@ -159,7 +165,8 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             source[i, : x.shape[1]], mask[i, : x.shape[1]] = x[0], 1
         models = [_Rows(large, source, mask)]
         if small is not None:
-            shared = models[0].encoded if shares_bottom_layers(small, large) else None
+            first = models[0]
+            shared = first.wrap(last_hidden_state=first.encoded) if shares_bottom_layers(small, large) else None
             models.append(_Rows(small, source, mask, shared))
         ids, positions, masks = torch.full((B, 1), _decoder_start(large), device=device), None, None
     else:  # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens only
@@ -169,7 +176,7 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             ids[i, P - x.shape[1] :] = x[0]
             masks[i, : P - x.shape[1]] = 0
         mask = masks[:, :P]
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        positions = capabilities.positions(mask)  # as transformers' generate
         models = [_Rows(large)] + ([_Rows(small)] if small is not None else [])
 
     rule = method if small is not None else "greedy"
@@ -295,10 +302,14 @@ def generate_batch(
             raise type(e)(f"inputs[{i}]: {e}") from None
     eos = torch.tensor(sorted(_eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
+    capabilities.require_pair(large, small, method, drafts, batch=True)
+    equal = _equal_lengths(large, small if drafts else None)
     budget = mem.budget(memory, large.device)
     models = [large] + ([small] if drafts else [])  # an early-exit draft keeps a cache of its own too
-    batches = mem.pack([x.shape[1] for x in xs], [mem.geometry(m) for m in models], max_new_tokens, budget,
-                       batch_size)
+    lengths = [x.shape[1] for x in xs]
+    batches = mem.pack(lengths, [mem.geometry(m) for m in models], max_new_tokens, budget, batch_size)
+    if equal:
+        batches = _by_length(batches, lengths)
     layout = {"memory": budget, "batches": [], "splits": 0}
 
     def decode(rows: list[int]) -> list[Output]:
@@ -317,7 +328,32 @@ def generate_batch(
     outputs = [None] * len(xs)
     for rows in batches:
         for i, out in zip(rows, decode(rows)):
+            if equal:
+                out.stats["layout"] = EQUAL
             outputs[i] = out
     if report is not None:
         report.update(layout)
     return outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Models that a batch must not pad (capabilities.pads): rows of one length only
+
+EQUAL = "equal-length batches: left padding would change this model's tokens (capabilities.pads)"
+
+
+def _equal_lengths(large: PreTrainedModel, small: PreTrainedModel | None) -> bool:
+    return not large.config.is_encoder_decoder and not all(capabilities.pads(m) for m in (large, small) if m)
+
+
+def _by_length(batches: list[list[int]], lengths: list[int]) -> list[list[int]]:
+    """Each batch (rows sorted by length) cut into runs of one length."""
+    out = []
+    for rows in batches:
+        out.append(rows[:1])
+        for i in rows[1:]:
+            if lengths[i] == lengths[out[-1][0]]:
+                out[-1].append(i)
+            else:
+                out.append([i])
+    return out

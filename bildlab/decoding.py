@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from .capabilities import require_pair
 from .early_exit import shares_bottom_layers
 from .timing import clock as _clock
 from .views import EarlyExitView, View
@@ -175,9 +176,11 @@ def generate(
     See the module docstring for the methods.
     Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
     output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
+    What cannot be exact for these models is refused before the first token (`capabilities.Unsupported`).
     """
     input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
                        do_sample, temperature, top_k, top_p, seed, rollback_rule)
+    require_pair(model, small, method, drafts=method == "speculative" or (method == "bild" and fallback < 1.0))
     do_sample = do_sample or method == "sample"
     eos = _eos_ids(model, eos_token_id)
     device = input_ids.device
@@ -305,7 +308,7 @@ def truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
 
 
 def _decoder_start(model: PreTrainedModel) -> int:
-    for value in (model.generation_config.decoder_start_token_id, model.config.decoder_start_token_id,
+    for value in (model.generation_config.decoder_start_token_id, getattr(model.config, "decoder_start_token_id", None),
                   model.generation_config.bos_token_id):
         if value is not None:
             return int(value if isinstance(value, int) else value[0])

@@ -107,11 +107,13 @@ def geometry(model_or_config, vocab: int | None = None, dtype: torch.dtype | Non
         full = False
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     d = _first(text, "d_model", "hidden_size", "n_embd")
-    heads = _first(text, "encoder_attention_heads", "num_heads", "num_attention_heads", "n_head")
-    dec_heads = _first(text, "decoder_attention_heads", "num_heads", "num_attention_heads", "n_head")
+    # (a model without attention, e.g. a recurrent one, counts as one head: its state is a small part of the estimate)
+    heads = _first(text, "encoder_attention_heads", "num_heads", "num_attention_heads", "n_head", default=1)
+    dec_heads = _first(text, "decoder_attention_heads", "num_heads", "num_attention_heads", "n_head", default=1)
     return Geometry(
         encoder_decoder=bool(config.is_encoder_decoder),
-        layers=_first(text, "num_decoder_layers", "decoder_layers", "num_layers", "num_hidden_layers", "n_layer"),
+        layers=_first(text, "num_decoder_layers", "decoder_layers", "num_layers", "num_hidden_layers", "n_layer",
+                      default=1),
         kv_heads=_first(text, "num_key_value_heads", default=dec_heads) if not config.is_encoder_decoder else dec_heads,
         head_dim=_first(text, "d_kv", "head_dim", default=d // dec_heads),
         d_model=d,

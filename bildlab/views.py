@@ -8,8 +8,9 @@ import functools
 import inspect
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers import PreTrainedModel
 
+from . import capabilities
 from .early_exit import decoder_layers
 from .timing import clock as _clock
 
@@ -21,18 +22,14 @@ class View:
         self.model = model
         self.encoder_decoder = bool(model.config.is_encoder_decoder)
         self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.positions = capabilities.forward(model).positions  # position ids as transformers' generate builds them
         self.cached = 0  # positions of the sequence buffer already in the cache
         self.calls = 0
         self.seconds = 0.0
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:
             self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
-            # layers are added as the decoder uses them: a config-built cache takes the encoder's layer count
-            # (transformers 5.x), which breaks models with more decoder than encoder layers
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        else:
-            self.cache = DynamicCache(config=model.config)  # knows sliding-window layers (Mistral, Qwen2, ...)
-            self.cache.activate_past_recording()  # ... and keeps the states that a crop may need
+        self.cache = capabilities.new_cache(model, record=capabilities.probe(model).croppable)  # a state: no crop
         self.seconds += _clock(input_ids.device) - t0
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
@@ -43,6 +40,8 @@ class View:
             kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
         else:
             kwargs["input_ids"] = new
+            if self.positions:  # no padding at batch size 1: the mask's cumsum - 1 is the buffer position
+                kwargs["position_ids"] = torch.arange(self.cached, end, device=seq.device)[None]
             if self.keep_kw:
                 kwargs["logits_to_keep"] = keep
         logits = self.model(**kwargs).logits
@@ -68,6 +67,7 @@ class EarlyExitView(View):
         self.model, self.large = model, large
         self.encoder_decoder = large.encoder_decoder
         self.cache_kw, self.keep_kw = forward_kwargs(type(model))
+        self.positions = large.positions
         self.encoder_outputs = getattr(large, "encoder_outputs", None)
         self.cache = large.cache
         self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache

@@ -80,7 +80,17 @@ def models():
         large = tiny(arch, seed=10 + i, layers=2)
         zoo[arch] = (large, {"random": tiny(arch, seed=50 + i, layers=1), "perturbed": perturbed(large, 0.05, i),
                              "self": large, "exit": exit_draft(large, 1)})
+    probed(*(m for large, drafts in zoo.values() for m in (large, *drafts.values())))
     return zoo
+
+
+def probed(*models):
+    """Run bildlab's capability probe (a few forwards, once per model) now, before a test counts model calls."""
+    from bildlab.capabilities import probe
+
+    for m in models:
+        probe(m)
+    return models
 
 
 def tiny_tokenizer(path):

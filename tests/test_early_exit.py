@@ -3,7 +3,7 @@ runs once, draft and verifier keep one KV cache, and decoding with it stays loss
 
 import pytest
 import torch
-from conftest import ARCHS, hf_greedy, tiny
+from conftest import ARCHS, hf_greedy, probed, tiny
 
 import bildlab
 from bildlab.early_exit import decoder_layers, exit_draft, shares_bottom_layers
@@ -32,7 +32,7 @@ def exits():
         copy = type(large)(draft.config).eval()
         missing, _ = copy.load_state_dict(large.state_dict(), strict=False)
         assert not missing
-        out[arch] = (large, draft, copy)
+        out[arch] = probed(large, draft, copy)
     return out
 
 
