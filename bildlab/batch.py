@@ -17,6 +17,8 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
                  verified like any token; at the budget the large model adds no token. fallback >= 1 is greedy.
     speculative  the large argmax (greedy speculative decoding's output is the large model's greedy output); its
                  statistics follow from where the two argmaxes agree, window by window of min(k, left) drafts.
+    prompt-lookup the large argmax; its statistics are replayed from each row's output (`lookup.counts`: a draft
+                 copied from the context holds no EOS, so its verification depends on the greedy output alone).
 
 Layout: rows sorted by input length, `batch_size` rows a batch. Decoder-only prompts are left-padded, with an
 attention mask and position ids; encoder-decoder sources are right-padded with an encoder attention mask (the decoder
@@ -43,6 +45,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
+from .lookup import counts as lookup_counts
 from .views import forward_kwargs
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
@@ -254,10 +257,12 @@ def generate_batch(
     max_small_steps: int = 10,
     rollback_rule: str = "first-differing",
     do_sample: bool = False,
+    ngram: int = 2,
 ) -> list[Output]:
     """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens equal
     `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n] LongTensors; the keywords
-    are `generate`'s. Methods greedy, bild and (greedy) speculative; see the module docstring for `stats`."""
+    are `generate`'s. Methods greedy, bild, (greedy) speculative and prompt-lookup; see the module docstring for
+    `stats`."""
     if method == "sample" or do_sample is True:
         raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
                          "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
@@ -271,7 +276,7 @@ def generate_batch(
 
     def check(x):
         return _check(large, x, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-                      1.0, None, None, None, rollback_rule)
+                      1.0, None, None, None, rollback_rule, ngram)
 
     check(torch.ones((1, 1), dtype=torch.long))  # the models and the policy, before any input is named
     xs = []
@@ -289,4 +294,9 @@ def generate_batch(
         for i, out in zip(rows, _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy,
                                           eos)):
             outputs[i] = out
+    if method == "prompt-lookup":  # the greedy outputs, with the engine's counts of their verifications
+        ids = frozenset(eos.tolist())
+        for x, out in zip(xs, outputs):
+            c = lookup_counts(x[0].tolist(), out.tokens, ngram, k, max_new_tokens, ids)
+            out.stats.update(c, small_tokens=c["accepted"], large_tokens=len(out.tokens) - c["accepted"])
     return outputs
