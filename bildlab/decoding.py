@@ -172,9 +172,9 @@ def generate(
     seed: int | None = None,
     ngram: int = 2,
 ) -> Output:
-    """Generate with the large `model` alone ("greedy", "sample") or helped by the `small` model ("speculative", "bild").
-    "prompt-lookup" drafts without a model: up to `k` tokens copied from the input and output after the last n-gram,
-    n <= `ngram` (`lookup.py`); `small` is not used.
+    """Generate with the large `model` alone ("greedy", "sample"), helped by the `small` model ("speculative", "bild"),
+    or by drafts without a model ("prompt-lookup": up to `k` tokens copied from the input and output after their last
+    n-gram, n <= `ngram`, `lookup.py`; `small` is not used).
 
     `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for decoder-only ones.
     `small` is a separate model or an early exit of `model` (`exit_draft(model, layers)`, which then shares the

@@ -82,7 +82,7 @@ class Planner:
                 if key not in self.outputs:
                     self.outputs.add(key)
                     batched += n
-                    units += n * {"greedy": 1.0, "small": c}.get(e["method"], 1 + c)
+                    units += n * {"greedy": 1.0, "prompt-lookup": 1.0, "small": c}.get(e["method"], 1 + c)
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
                             "timed": timed, "outputs": batched, "output_units": units})

@@ -245,3 +245,56 @@ def test_bad_arguments_fail_fast(larges, kwargs, error, words):
     finally:
         hook.remove()
     assert not calls
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The harness: a policy of the sweep, in batches, and transformers' prompt lookup as a runner
+
+FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
+
+
+def test_prompt_lookup_is_a_policy_of_the_sweep(fake_zoo, tmp_path):
+    from bildlab import evaluate as ev
+
+    grid = [{"method": "prompt-lookup", "ngram": 1, "k": 3}, {"method": "prompt-lookup", "ngram": 3, "k": 2}]
+    whole = ev.sweep("toy-mt", grid, registry=tmp_path / "whole", **FAST)
+    runs = ev.sweep("toy-mt", grid, registry=tmp_path / "sample", timing_limit=3, batch_size=4, **FAST)
+    for run, full, entry in zip(runs, whole, grid):
+        assert full["key"]["method"] == "prompt-lookup" and full["key"]["draft"] is None
+        assert full["key"]["policy"] == {"k": entry["k"], "ngram": entry["ngram"]}
+        assert full["summary"]["identical_count"] == 6  # lossless, counted
+        assert run["timed_identical"] == 3  # the batch-1 outputs equal the batched ones
+        assert [e["output"] for e in run["examples"]] == [e["output"] for e in full["examples"]]
+        stats = [e["stats"] for e in full["examples"]]
+        assert full["summary"]["mean_accepted"] == round(sum(e["tokens"] for e in full["examples"])
+                                                         / sum(s["large_calls"] for s in stats), 4)
+    assert ev.sweep("toy-mt", grid, registry=tmp_path / "whole", **FAST) == whole  # reused from the registry
+
+
+def test_sweep_entries_of_prompt_lookup_are_checked():
+    from bildlab import evaluate as ev
+
+    with pytest.raises(ValueError, match="hf_prompt_lookup.*decoder-only.*toy-mt"):
+        ev.check_entry("toy-mt", {"method": "hf_prompt_lookup"})
+    with pytest.raises(ValueError, match="ngram"):
+        ev.check_entry("toy-mt-llama", {"method": "prompt-lookup", "ngram": 0})
+    with pytest.raises(ValueError, match="needs timing_limit=None"):
+        ev.check_timing_limit(3, 4, [{**ev.DEFAULTS, "method": "hf_prompt_lookup"}], "local")
+    # keys of the other methods do not change: ngram enters prompt lookup's only
+    assert ev.policy_of("speculative", 4, 0.6, 5.0, 10, ngram=3) == {"k": 4}
+    assert ev.policy_of("hf_prompt_lookup", 4, 0.6, 5.0, 10, ngram=3) == {"k": 4, "ngram": 3}
+
+
+def test_the_sweeps_transformers_prompt_lookup_runner(larges):
+    from types import SimpleNamespace
+
+    from bildlab import shard
+
+    large = larges["llama"]
+    pair = SimpleNamespace(large=large, small=None)
+    for method in ("hf_prompt_lookup", "prompt-lookup"):
+        run = shard._policy_runner(pair, {"method": method, "k": 4, "ngram": 2}, 0, N_NEW)
+        for x in (prompt(0), echo(1)):
+            tokens, stats = run(x, 0)
+            assert tokens == hf_greedy(large, x, N_NEW, large.generation_config.eos_token_id)
+            assert (stats == {}) == (method == "hf_prompt_lookup")
