@@ -212,6 +212,7 @@ def results_table(table: str | os.PathLike = ROOT / "figures" / "rq5_main_table.
                 lines.append(f"| {pair} | {row} | none qualifies |" + " |" * (5 + len(speed_heads)))
                 continue
             speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])]
+            speeds += ["–"] * (len(speed_heads) - len(speeds))  # a row timed in fewer passes
             n, timed = h["examples"], h.get("timed", h["examples"])
             n = n if timed == n else f"{n}, {timed} timed"
             policy = h["policy"] if isinstance(h["policy"], str) else tuple(h["policy"])  # prompt lookup: "n=.., k=.."

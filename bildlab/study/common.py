@@ -127,11 +127,16 @@ def _lookup(pair: str, ngrams, ks, sweep, run: dict, val_split="validation", val
             val_timing_limit=200) -> tuple[list[dict], dict | None]:
     """Prompt lookup (no small model) on validation: its grid of n-gram sizes x draft lengths, one sweep; the records
     and the fastest with every output identical to vanilla (None without a grid), to be reported on test."""
-    grid = [{"method": "prompt-lookup", "ngram": n, "k": k} for n in ngrams for k in ks]
+    grid = _lookup_grid(ngrams, ks)
     if not grid:
         return [], None
     recs = sweep(pair, grid, **_val(run, val_split, val_limit, val_timing_limit))
     return recs, sm.choose(recs, None)
+
+
+def _lookup_grid(ngrams, ks) -> list[dict]:
+    """Prompt lookup's sweep entries: every n-gram size x draft length."""
+    return [{"method": "prompt-lookup", "ngram": n, "k": k} for n in ngrams for k in ks]
 
 
 def _lookup_entry(record: dict, method: str = "prompt-lookup") -> dict:

@@ -10,7 +10,7 @@ from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
 from ..models import task_of
-from .common import Result, _frame, _cells, _grid, _val, _pairs, _n, _lookup, _lookup_entry, _policy, _versus
+from .common import Result, _frame, _cells, _grid, _val, _pairs, _n, _lookup_grid, _lookup_entry, _policy, _versus
 
 
 # The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
@@ -50,14 +50,15 @@ LOOKUP_ROW = "prompt lookup (no small model)"  # a reference row: no small model
 
 def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 1.0, 2.0, 3.0, 5.0),
         tolerance: float = 0.2, degraded_tolerance: float = 1.2, val_split: str = "validation", val_limit=100,
-        val_timing_limit=None, passes: int = 2, lookup_ngrams=(), lookup_ks=(), figures="figures", sweep=None,
-        **run) -> Result:
+        val_timing_limit=None, passes: int = 2, lookup_ngrams=(), lookup_ks=(), lookup_passes: int | None = None,
+        figures="figures", sweep=None, **run) -> Result:
     """RQ5: the paper's main table. Per task and small model (unaligned, aligned) the policy of each row is chosen on
     the validation split (the fastest with every output identical to vanilla; the fastest within `tolerance`; the
     fastest within `degraded_tolerance`, the paper's degraded rows lose 1.05-1.19 points), then reported on the test
     split with 95% intervals, timed in `passes` independent passes (the run-to-run spread). With `lookup_ngrams` and
     `lookup_ks`, a reference row per task: prompt lookup (no small model), its n-gram size and k chosen on the same
-    validation examples (the fastest lossless), against the fastest two-model row at no loss by paired differences."""
+    validation examples (the fastest lossless), against the fastest two-model row at no loss by paired differences,
+    timed in `lookup_passes` of the passes (None: all)."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
@@ -66,8 +67,11 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     table, records, headline, speed_series, speed_cis, versus = [], [], {}, {}, {}, {}
     for pair in _pairs(pairs):
         flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
-        val = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+        looks = _lookup_grid(lookup_ngrams, lookup_ks)  # prompt lookup: in the same sweeps as the BiLD rows
+        val = sweep(pair, flat + looks, **_val(run, val_split, val_limit, val_timing_limit))
         records += val
+        val, lval = val[: len(flat)], val[len(flat):]
+        lbest = sm.choose(lval, None) if lval else None
         chosen = {}
         for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
             recs = val[i * len(grid):(i + 1) * len(grid)]
@@ -84,16 +88,16 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
         # pass p is one sweep of every row, timing_pass p + 1: timing_pass 1 is what the other notebooks time, so no
         # pass of this table is a record that another notebook reads (or a row from another sweep)
-        tests = {p: sweep(pair, unique, timing_pass=p + 1, **run) for p in range(1, passes + 1)} if unique else {}
+        extra = {p: [_lookup_entry(lbest)] if lbest is not None and p <= (lookup_passes or passes) else []
+                 for p in range(1, passes + 1)}
+        tests = {p: sweep(pair, unique + extra[p], timing_pass=p + 1, **run) for p in range(1, passes + 1)
+                 if unique or extra[p]}
         by_policy = {json.dumps(u, sort_keys=True): [tests[p][j] for p in tests] for j, u in enumerate(unique)}
         for p in tests:
             records += tests[p]
-        lval, lbest = _lookup(pair, lookup_ngrams, lookup_ks, sweep, run, val_split, val_limit, val_timing_limit)
-        lruns = [sweep(pair, [_lookup_entry(lbest)], timing_pass=p + 1, **run)[0] for p in range(1, passes + 1)
-                 if lbest is not None]
-        records += lval + lruns
+        lruns = [tests[p][len(unique)] for p in tests if extra[p]]
         metric = METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
-        any_test = next(iter(by_policy.values()))[0] if by_policy else None
+        any_test = next(iter(by_policy.values()))[0] if by_policy else (lruns[0] if lruns else None)
         head = {}
         for row in ROWS:
             entry = {"pair": pair, "row": row}
@@ -151,10 +155,9 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         headline[pair] = head
         for p in range(passes):
             label = f"{pair}, timing pass {p + 1}"
-            speed_series[label] = [head[r]["speedups"][p] if "speedups" in head.get(r, {}) else float("nan")
-                                   for r in bars]
-            speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
-                                for r in bars]
+            timed = {r: head[r]["speedups"] for r in bars if len(head.get(r, {}).get("speedups", ())) > p}
+            speed_series[label] = [head[r]["speedups"][p] if r in timed else float("nan") for r in bars]
+            speed_cis[label] = [head[r]["speedup_cis"][p] if r in timed else None for r in bars]
     n_test = {pair: next((_n({"examples": h["examples"], "timed_examples": h["timed"] if h["timed"] < h["examples"]
                               else None}) for h in hp.values() if "examples" in h), "N = 0")
               for pair, hp in headline.items()}
