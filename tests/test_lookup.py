@@ -298,3 +298,83 @@ def test_the_sweeps_transformers_prompt_lookup_runner(larges):
             tokens, stats = run(x, 0)
             assert tokens == hf_greedy(large, x, N_NEW, large.generation_config.eos_token_id)
             assert (stats == {}) == (method == "hf_prompt_lookup")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The study: prompt-lookup rows in the speculative notebook and RQ5's reference row (made-up records, no model runs)
+
+
+def _fake(pair, e, speed, n):
+    from test_study import _fake_record
+
+    e = {"method": "bild", **e}
+    if e["method"] not in ("prompt-lookup", "hf_prompt_lookup"):
+        return _fake_record(pair, e, speed, -0.8 if e["method"] == "bild" else 0.0, 6 if e["method"] == "bild" else n,
+                            n=n)
+    r = _fake_record(pair, {"method": e["method"]}, speed, 0.0, n, n=n)
+    r["key"].update(draft=None, policy={"k": e["k"], "ngram": e["ngram"]})
+    return r
+
+
+def _lookup_speed(e):  # on validation n=3, k=6 is the fastest prompt-lookup policy
+    return 1.1 + 0.05 * (e["k"] == 6) + 0.02 * (e["ngram"] == 3)
+
+
+def test_rq5_gains_a_prompt_lookup_row_chosen_on_validation(monkeypatch, tmp_path):
+    from bildlab import runner, study
+
+    seen = []
+
+    def sweep(pair, grid, **run):
+        seen.append((run.get("split"), run.get("timing_pass", 1), [g.get("method", "bild") for g in grid]))
+        if run.get("split") == "validation":  # BiLD lossless on validation, prompt lookup slower
+            return [_fake(pair, g, _lookup_speed(g), 20) if g.get("method") == "prompt-lookup" else
+                    _fake(pair, {"method": "greedy", **g}, 1.4, 20) for g in grid]
+        return [_fake(pair, g, 1.2 if g.get("method") == "prompt-lookup" else 1.9, 20) for g in grid]
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    for passes, timed in ((None, 2), (1, 1)):
+        seen.clear()
+        result = study.rq5(("toy-mt",), fallbacks=[0.9], rollbacks=[3.0], val_limit=20, limit=20, split="test",
+                           lookup_ngrams=[1, 3], lookup_ks=[2, 6], lookup_passes=passes, figures=str(tmp_path))
+        # the grid in the BiLD rows' validation sweep; the chosen policy in their test sweeps (the passes asked for)
+        assert seen[0] == ("validation", 1, ["bild"] * 2 + ["prompt-lookup"] * 4)
+        assert [s[2].count("prompt-lookup") for s in seen[1:]] == [1] * timed + [0] * (2 - timed)
+        row = result.headline["toy-mt"][study.rq5_main_table.LOOKUP_ROW]
+        assert row["policy"] == "n=3, k=6" and len(row["speedups"]) == timed and row["identical"] == 20
+        assert ("prompt lookup (no small model; n=3, k=6, chosen on validation): 1.20x [1.15, 1.25]" in result.answer
+                and "against it (pass 1): unaligned lossless is detectably faster" in result.answer)
+        table = runner.results_table(tmp_path / "rq5_main_table.json")
+        line = next(x for x in table.splitlines() if "prompt lookup" in x)
+        assert line.count("|") == table.splitlines()[0].count("|") and "n=3, k=6" in line
+    plain = study.rq5(("toy-mt",), fallbacks=[0.9], rollbacks=[3.0], val_limit=20, limit=20, figures=str(tmp_path))
+    assert study.rq5_main_table.LOOKUP_ROW not in plain.headline["toy-mt"]  # no grid: no row, no sweep
+
+
+def test_the_speculative_notebook_gains_prompt_lookup_rows_on_every_pair(monkeypatch, tmp_path):
+    from bildlab import study
+
+    seen = []
+
+    def sweep(pair, grid, **run):
+        seen.append((pair, run.get("split"), [g["method"] for g in grid]))
+        recs = []
+        for g in grid:
+            r = _fake(pair, g, _lookup_speed(g) if "lookup" in g["method"] else 1.4, 20)
+            if g["method"] in ("speculative", "hf_assisted"):
+                r["key"]["policy"] = {"k": g["k"]}
+            recs.append(r)
+        return recs
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    result = study.speculative("toy-mt-llama", ks=[2], reference_pairs=["toy-mt", "toy-sum"], figures=tmp_path,
+                               progress=False, lookup_ngrams=[1, 3], lookup_ks=[2, 6])
+    tests = [s for s in seen if s[1] != "validation" and "prompt-lookup" in s[2]]
+    assert [(p, m) for p, _, m in tests] == [("toy-mt-llama", ["prompt-lookup", "hf_prompt_lookup"]),
+                                             ("toy-mt", ["prompt-lookup"]), ("toy-sum", ["prompt-lookup"])]
+    assert set(result.headline["prompt_lookup"]) == {"toy-mt-llama", "toy-mt", "toy-sum"}
+    modes = list(result.table["mode"])
+    assert modes.count("prompt lookup, no small model (n=3, k=6, chosen on validation)") == 3
+    assert modes.count("transformers prompt lookup (n=3, k=6)") == 1
+    assert "Prompt lookup (no small model) on toy-sum (N = 20;" in result.answer
+    assert "BiLD against it: BiLD is detectably faster" in result.answer

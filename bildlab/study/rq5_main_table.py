@@ -145,13 +145,13 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                 "speedup_cis": [r["summary"]["speedup_ci"] for r in lruns], "policy": _policy(lruns[0])}
             two = [(row, by_policy[json.dumps(chosen[row], sort_keys=True)][0]) for row in ROWS[1:]
                    if row in chosen and "degraded" not in row]
+            versus[pair] = (f"prompt lookup (no small model; {_policy(lruns[0])}, chosen on {val_split}): "
+                            + " and ".join(sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
+                                           for r in lruns) + f" ({s['identical_count']}/{s['examples']} identical)")
             if two:
                 row, best = max(two, key=lambda x: x[1]["summary"]["speedup"])
-                versus[pair] = (f"prompt lookup (no small model; {_policy(lruns[0])}, chosen on {val_split}): "
-                                + " and ".join(sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
-                                               for r in lruns)
-                                + f" ({s['identical_count']}/{s['examples']} identical); the fastest two-model row "
-                                f"at no loss, {row}, against it (pass 1): {_versus(best, lruns[0], (row, 'lookup'))}")
+                versus[pair] += (f"; the fastest two-model row at no loss, {row}, against it (pass 1): "
+                                 f"{_versus(best, lruns[0], (row, 'lookup'))}")
         headline[pair] = head
         for p in range(passes):
             label = f"{pair}, timing pass {p + 1}"
