@@ -17,6 +17,8 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
                  verified like any token; at the budget the large model adds no token. fallback >= 1 is greedy.
     speculative  the large argmax (greedy speculative decoding's output is the large model's greedy output); its
                  statistics follow from where the two argmaxes agree, window by window of min(k, left) drafts.
+    prompt-lookup the large argmax; its statistics are replayed from each row's output (`lookup.counts`: a draft
+                 copied from the context holds no EOS, so its verification depends on the greedy output alone).
 
 Layout: rows sorted by input length, packed into batches under a memory budget (`memory`: the peak bytes of both
 models' caches, encoder outputs, prefill temporaries and logits, estimated from their geometry by `memory.pack`; at
@@ -51,6 +53,7 @@ from . import capabilities
 from . import memory as mem
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
+from .lookup import counts as lookup_counts
 from .views import forward_kwargs
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
@@ -268,13 +271,14 @@ def generate_batch(
     do_sample: bool = False,
     memory: int | str | None = None,
     report: dict | None = None,
+    ngram: int = 2,
 ) -> list[Output]:
     """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens equal
     `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n] LongTensors; the keywords
-    are `generate`'s. Methods greedy, bild and (greedy) speculative; see the module docstring for `stats`.
-    `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free memory less a
-    margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill with
-    {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory splits}."""
+    are `generate`'s. Methods greedy, bild, (greedy) speculative and prompt-lookup; see the module docstring for
+    `stats`. `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free memory
+    less a margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill
+    with {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory splits}."""
     if method == "sample" or do_sample is True:
         raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
                          "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
@@ -291,7 +295,7 @@ def generate_batch(
 
     def check(x):
         return _check(large, x, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-                      1.0, None, None, None, rollback_rule)
+                      1.0, None, None, None, rollback_rule, ngram)
 
     check(torch.ones((1, 1), dtype=torch.long))  # the models and the policy, before any input is named
     xs = []
@@ -331,6 +335,11 @@ def generate_batch(
             if equal:
                 out.stats["layout"] = EQUAL
             outputs[i] = out
+    if method == "prompt-lookup":  # the greedy outputs, with the engine's counts of their verifications
+        ids = frozenset(eos.tolist())
+        for x, out in zip(xs, outputs):
+            c = lookup_counts(x[0].tolist(), out.tokens, ngram, k, max_new_tokens, ids)
+            out.stats.update(c, small_tokens=c["accepted"], large_tokens=len(out.tokens) - c["accepted"])
     if report is not None:
         report.update(layout)
     return outputs

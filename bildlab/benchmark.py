@@ -38,10 +38,12 @@ class _AssistantNotice(logging.Filter):
 _NOTICE = _AssistantNotice()
 
 
-def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4) -> list[int]:
+def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4, lookup: bool = False,
+                ngram: int = 2) -> list[int]:
     """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step, constant schedule,
-    no confidence threshold); the new tokens only. Plain greedy whatever the checkpoint's generation config says
-    (num_beams=1, no sampling)."""
+    no confidence threshold; with `lookup`, its prompt lookup: `prompt_lookup_num_tokens=k`,
+    `max_matching_ngram_size=ngram`); the new tokens only. Plain greedy whatever the checkpoint's generation config
+    says (num_beams=1, no sampling)."""
     kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   pad_token_id=large.generation_config.pad_token_id or 0)
     if assistant is not None:
@@ -50,6 +52,8 @@ def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k
             notices.addFilter(_NOTICE)
         kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
                       assistant_confidence_threshold=0.0)
+    elif lookup:
+        kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram)
     out = large.generate(input_ids, **kwargs)
     start = 1 if large.config.is_encoder_decoder else input_ids.shape[1]
     return out[0, start:].tolist()

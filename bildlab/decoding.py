@@ -12,6 +12,9 @@ The methods differ only in those two small rules:
     greedy/sample never drafts (the large model alone)               -
     speculative   k tokens were drafted                              greedy: longest prefix equal to the large argmax
                                                                      sampling: min(1, p/q), residual norm(max(0, p-q))
+    prompt-lookup no model: up to k tokens copied from the input     greedy (as speculative)
+                  and output after the first occurrence of their
+                  last n-gram, n <= ngram (`lookup.py`)
     bild          small max-prob < fallback (token discarded),       rollback: first token with -log p_L > rollback
                   or max_small_steps tokens in a row                 (and != the large argmax) is replaced; option
                                                                      rollback_rule="first-above": the paper's code
@@ -33,10 +36,11 @@ from transformers import PreTrainedModel
 
 from .capabilities import require_pair
 from .early_exit import shares_bottom_layers
+from .lookup import NgramDraft
 from .timing import clock as _clock
 from .views import EarlyExitView, View
 
-METHODS = ("greedy", "sample", "speculative", "bild")
+METHODS = ("greedy", "sample", "speculative", "bild", "prompt-lookup")
 
 
 @dataclass
@@ -167,19 +171,22 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    ngram: int = 2,
 ) -> Output:
-    """Generate with the large `model` alone ("greedy", "sample") or helped by the `small` model ("speculative", "bild").
+    """Generate with the large `model` alone ("greedy", "sample"), helped by the `small` model ("speculative", "bild"),
+    or by drafts without a model ("prompt-lookup": up to `k` tokens copied from the input and output after their last
+    n-gram, n <= `ngram`, `lookup.py`; `small` is not used).
 
     `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for decoder-only ones.
     `small` is a separate model or an early exit of `model` (`exit_draft(model, layers)`, which then shares the
     large model's encoder outputs and KV cache). Returns `Output(tokens, stats)`; `tokens` are the new tokens only.
     See the module docstring for the methods.
-    Lossless modes (greedy, greedy speculative, bild with fallback=1 or rollback=0) equal the large model's greedy
-    output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to both).
-    What cannot be exact for these models is refused before the first token (`capabilities.Unsupported`).
+    Lossless modes (greedy, greedy speculative, prompt-lookup, bild with fallback=1 or rollback=0) equal the large
+    model's greedy output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied
+    to both). What cannot be exact for these models is refused before the first token (`capabilities.Unsupported`).
     """
     input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
-                       do_sample, temperature, top_k, top_p, seed, rollback_rule)
+                       do_sample, temperature, top_k, top_p, seed, rollback_rule, ngram)
     require_pair(model, small, method, drafts=method == "speculative" or (method == "bild" and fallback < 1.0))
     do_sample = do_sample or method == "sample"
     eos = _eos_ids(model, eos_token_id)
@@ -202,7 +209,7 @@ def generate(
         generator.manual_seed(seed if seed is not None else torch.seed())
 
     # the two rules for this method
-    if method in ("greedy", "sample"):
+    if method in ("greedy", "sample", "prompt-lookup"):  # prompt lookup has no draft model
         stop = _stop_never_draft
     elif method == "speculative":
         stop = _stop_fixed_length(k)
@@ -217,9 +224,11 @@ def generate(
     needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
 
     large = View(model, input_ids)
+    # prompt lookup drafts from the context, on the host (the committed tokens are there after each verification)
+    lookup = NgramDraft(input_ids[0].tolist(), ngram, k, eos) if method == "prompt-lookup" else None
     # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
     drafter = None
-    if small is not None and not stop(0, None):
+    if small is not None and lookup is None and not stop(0, None):
         drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
                  rollbacks=0)
@@ -229,6 +238,11 @@ def generate(
     while pos < end:
         # ---- draft: the small model writes seq[pos : pos + m]
         m, q_rows = 0, []
+        if lookup is not None:  # ---- or the draft is copied from the context: seq[pos : pos + m]
+            draft = lookup.draft(end - pos)
+            m = len(draft)
+            if m:
+                seq[0, pos : pos + m] = torch.tensor(draft, dtype=torch.long)
         while drafter is not None and not first and pos + m < end and not stop(m, None):
             logits = drafter.logits(seq, pos + m, 1)[-1]
             if do_sample:
@@ -276,6 +290,8 @@ def generate(
         if drafter is not None:
             drafter.crop(pos + n)
         pos += len(new)
+        if lookup is not None:
+            lookup.extend(new)
         t0 = _clock(device)  # the end of this verification is the start of the next draft
         large.seconds += t0 - t1
         if cut is not None:
@@ -324,7 +340,7 @@ def _is_int(x) -> bool:
 
 
 def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: float = 0.6, rollback: float = 5.0,
-                 max_small_steps: int = 10, rollback_rule: str = "first-differing") -> None:
+                 max_small_steps: int = 10, rollback_rule: str = "first-differing", ngram: int = 2) -> None:
     """Validate a decoding method and its policy without any model (the harness checks sweeps up front)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
@@ -340,11 +356,13 @@ def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: f
         raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
     if rollback_rule not in ROLLBACK_RULES:
         raise ValueError(f"rollback_rule must be one of {', '.join(map(repr, ROLLBACK_RULES))}; got {rollback_rule!r}")
+    if not _is_int(ngram) or ngram < 1:
+        raise ValueError(f"ngram (prompt lookup's longest n-gram matched) must be an integer >= 1; got {ngram!r}")
 
 
 def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-           temperature, top_k, top_p, seed, rollback_rule="first-differing") -> torch.Tensor:
-    check_policy(method, max_new_tokens, k, fallback, rollback, max_small_steps, rollback_rule)
+           temperature, top_k, top_p, seed, rollback_rule="first-differing", ngram=2) -> torch.Tensor:
+    check_policy(method, max_new_tokens, k, fallback, rollback, max_small_steps, rollback_rule, ngram)
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -362,8 +380,8 @@ def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollbac
         raise TypeError(f"do_sample must be True or False; got {do_sample!r}")
     if method == "greedy" and do_sample:
         raise ValueError("do_sample=True contradicts method='greedy'; use method='sample' for the large model alone")
-    if method == "bild" and do_sample:
-        raise ValueError("method='bild' is greedy (as in the paper): do_sample must be False; "
+    if method in ("bild", "prompt-lookup") and do_sample:
+        raise ValueError(f"method={method!r} is greedy: do_sample must be False; "
                          "use method='speculative' for lossless sampling with a draft model")
     sampling = do_sample or method == "sample"
     if sampling:

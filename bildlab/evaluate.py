@@ -38,22 +38,22 @@ from .models import provenance as models_provenance
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
 
 DRAFTS = ("small", "aligned", "early-exit")
-# "small": the draft model alone (greedy), an anchor; "hf_assisted": transformers' assisted generation with the draft
-# (k tokens a step, constant schedule), side by side with bildlab's speculative decoding on the same examples
-METHODS = ("greedy", "speculative", "bild", "small", "hf_assisted")
+# "small": the draft model alone (greedy), an anchor; "hf_assisted" / "hf_prompt_lookup": transformers' assisted
+# generation (k tokens a step, constant schedule) / prompt lookup, beside bildlab's speculative / "prompt-lookup"
+METHODS = ("greedy", "speculative", "bild", "small", "hf_assisted", "prompt-lookup", "hf_prompt_lookup")
 POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "rollback_rule", "do_sample",
-               "temperature")
+               "temperature", "ngram")
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
 DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10,
-                rollback_rule="first-differing", do_sample=False, temperature=1.0)
+                rollback_rule="first-differing", do_sample=False, temperature=1.0, ngram=2)
 
 
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, do_sample: bool = False,
-              temperature: float = 1.0, rollback_rule: str = "first-differing") -> dict:
+              temperature: float = 1.0, rollback_rule: str = "first-differing", ngram: int = 2) -> dict:
     """The parameters that matter for `method` (the rest do not enter the registry key; BiLD's rollback rule only
     when it is not the default, so that default records keep their keys)."""
-    if method == "hf_assisted":
-        return {"k": k}
+    if method in ("hf_assisted", "prompt-lookup", "hf_prompt_lookup"):
+        return {"k": k} if method == "hf_assisted" else {"k": k, "ngram": ngram}
     if method == "speculative":
         return {"k": k, "do_sample": True, "temperature": float(temperature)} if do_sample else {"k": k}
     if method == "bild":
@@ -80,6 +80,8 @@ def check_entry(pair: str, entry: dict) -> None:
         raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
     if draft == "early-exit" and pair not in TOY_PAIRS:
         raise ValueError(f"draft='early-exit' is for the toy pairs ({', '.join(TOY_PAIRS)}); pair {pair!r} has none")
+    if method == "hf_prompt_lookup" and _encoder_decoder(pair):
+        raise ValueError(f"method='hf_prompt_lookup' is for decoder-only pairs; pair {pair!r} is encoder-decoder")
     if method == "hf_assisted" and _encoder_decoder(pair) and _transformers_version() < (5, 22):
         raise ValueError("method='hf_assisted': transformers' assisted generation of encoder-decoder models fails "
                          f"inside transformers < 5.22; pair {pair!r} is encoder-decoder")
@@ -90,8 +92,9 @@ def check_entry(pair: str, entry: dict) -> None:
     t = e["temperature"]
     if e["do_sample"] and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
         raise ValueError(f"temperature must be a number > 0; got {t!r}")
-    check_policy({"small": "greedy", "hf_assisted": "speculative"}.get(method, method), k=e["k"], fallback=e["fallback"],
-                 rollback=e["rollback"], max_small_steps=e["max_small_steps"], rollback_rule=e["rollback_rule"])
+    base = {"small": "greedy", "hf_assisted": "speculative", "hf_prompt_lookup": "prompt-lookup"}.get(method, method)
+    check_policy(base, k=e["k"], fallback=e["fallback"], rollback=e["rollback"], max_small_steps=e["max_small_steps"],
+                 rollback_rule=e["rollback_rule"], ngram=e["ngram"])
 
 
 def _encoder_decoder(pair: str) -> bool:
@@ -148,8 +151,8 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
     """The registry key of one policy of a sweep: what defines its record (library versions are not part of it)."""
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
-                       e["temperature"], e["rollback_rule"])
-    draft = e["draft"] if e["method"] != "greedy" else None
+                       e["temperature"], e["rollback_rule"], e["ngram"])
+    draft = e["draft"] if e["method"] not in ("greedy", "prompt-lookup", "hf_prompt_lookup") else None
     return {"pair": pair, "task": task, "split": split, "limit": limit, "method": e["method"], "draft": draft,
             "policy": policy, "baseline": "sample" if e["do_sample"] else "greedy",
             "secondary": "hf_greedy" if hf_baseline and not e["do_sample"] else None, "seed": seed,
@@ -313,9 +316,9 @@ def check_timing_limit(timing_limit, batch_size, entries: list[dict]) -> None:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
     for e in entries:
-        if e["method"] not in ("greedy", "small", "bild", "speculative") or e["do_sample"]:
-            raise ValueError(f"timing_limit: outputs in batches are exact for greedy, small, bild and greedy "
-                             f"speculative decoding; {_label(e)!r} needs timing_limit=None")
+        if e["method"] not in ("greedy", "small", "bild", "speculative", "prompt-lookup") or e["do_sample"]:
+            raise ValueError(f"timing_limit: outputs in batches are exact for greedy, small, bild, greedy "
+                             f"speculative decoding and prompt lookup; {_label(e)!r} needs timing_limit=None")
 
 
 def timed_indices(n: int, timing_limit: int | None, seed: int) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 # the numbers of examples a notebook takes: each None, an integer >= 1 or a dict of them per pair
-SIZES = ("limit", "val_limit", "timing_limit", "val_timing_limit")
+SIZES = ("limit", "val_limit", "timing_limit", "val_timing_limit", "lookup_val_limit", "lookup_val_timing_limit")
 
 
 class ParameterError(ValueError):
@@ -50,7 +50,11 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                     check_policy("bild", rollback=float(r) if isinstance(r, str) else r)
                 except (ValueError, TypeError) as e:
                     raise ParameterError(f"{name}: {e}") from None
-        elif name in ("k", "ks"):
+        elif name in ("lookup_ngrams", "lookup_passes") and params[name] is not None:
+            for n in as_list(name):
+                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                    raise ParameterError(f"{name}: n-gram sizes and passes must be integers >= 1; got {n!r}")
+        elif name in ("k", "ks", "lookup_ks"):
             for k in as_list(name):
                 if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                     raise ParameterError(f"{name}: draft lengths must be integers >= 1; got {k!r}")

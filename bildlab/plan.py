@@ -43,7 +43,7 @@ SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5
 # T5 at batch 64 against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread (measured
 # with a one-off script making the calls that `python benchmarks/bench_batch.py --n 1000 --split validation
 # --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). That command
-# on another CPU gave 11.5x (docs/paper-profile.md: the plan stays within 60 h down to 15.7x). Not
+# on another CPU gave 11.5x (docs/paper-profile.md: the plan stays within 60 h down to 17.7x). Not
 # measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
 # kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the small model's
 # decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large
@@ -92,7 +92,7 @@ class Planner:
                 if key not in self.outputs:
                     self.outputs.add(key)
                     batched += n
-                    units += n * {"greedy": 1.0, "small": c}.get(e["method"], 1 + c)
+                    units += n * {"greedy": 1.0, "prompt-lookup": 1.0, "small": c}.get(e["method"], 1 + c)
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
                             "timed": timed, "outputs": batched, "output_units": units,

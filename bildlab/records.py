@@ -79,6 +79,8 @@ def label(e: dict) -> str:
     """e.g. 'bild fb=0.5 rb=3 (small)', for progress bars and messages."""
     if e["method"] == "bild":
         return f"bild fb={e['fallback']:g} rb={e['rollback']:g} ({e['draft']})"
+    if e["method"] in ("prompt-lookup", "hf_prompt_lookup"):
+        return f"{e['method']} n={e['ngram']} k={e['k']}"
     if e["method"] == "speculative":
         return f"speculative k={e['k']}" + (f" sampling T={e['temperature']:g}" if e["do_sample"] else "")
     return e["method"]

@@ -281,9 +281,11 @@ def results_table(table: str | os.PathLike | None = None) -> str:
                 lines.append(f"| {pair} | {row} | none qualifies |" + " |" * (5 + len(speed_heads)))
                 continue
             speeds = [fmt(v, ci, "x") for v, ci in zip(h["speedups"], h["speedup_cis"])]
+            speeds += ["–"] * (len(speed_heads) - len(speeds))  # a row timed in fewer passes
             n, timed = h["examples"], h.get("timed", h["examples"])
             n = n if timed == n else f"{n}, {timed} timed"
-            lines.append(f"| {pair} | {row} | {tuple(h['policy'])} | {n} | "
+            policy = h["policy"] if isinstance(h["policy"], str) else tuple(h["policy"])  # prompt lookup: "n=.., k=.."
+            lines.append(f"| {pair} | {row} | {policy} | {n} | "
                          f"{fmt(h['delta'], h['delta_ci'], signed=True)} {metric} | {' | '.join(speeds)} | "
                          f"{fmt(h['speedup_hf'], h['speedup_hf_ci'], 'x')} | {h['identical']}/{h['examples']} |")
     return "\n".join(lines)

@@ -101,6 +101,13 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
         eos = p.large.generation_config.eos_token_id
         return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, assistant=p.small,
                                          k=e["k"]), {})
+    if e["method"] == "hf_prompt_lookup":  # transformers' prompt lookup: no draft model
+        eos = p.large.generation_config.eos_token_id
+        return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, lookup=True, k=e["k"],
+                                         ngram=e["ngram"]), {})
+    if e["method"] == "prompt-lookup":
+        return lambda x, i: _result(generate(p.large, x, method="prompt-lookup", max_new_tokens=max_new_tokens,
+                                             k=e["k"], ngram=e["ngram"]))
     if e["method"] == "small":  # the draft model alone: an anchor of the study
         return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
     if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
@@ -151,6 +158,9 @@ def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size
             if e["method"] in ("greedy", "small"):
                 outs = generate_batch(q.small if e["method"] == "small" else q.large, xs, max_new_tokens=mnt,
                                       batch_size=batch_size, memory=memory, report=report)
+            elif e["method"] == "prompt-lookup":
+                outs = generate_batch(q.large, xs, method="prompt-lookup", max_new_tokens=mnt, batch_size=batch_size,
+                                      memory=memory, report=report, k=e["k"], ngram=e["ngram"])
             else:
                 outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
                                       memory=memory, report=report, **_policy_kwargs(e))
@@ -186,6 +196,8 @@ def output_key(spec: dict, e: dict, indices: list[int] | None, batch_size: int) 
         model = ("large",)
     elif e["method"] == "small":
         model = ("small", e["draft"])
+    elif e["method"] == "prompt-lookup":
+        model = ("large", "prompt-lookup", e["k"], e["ngram"])
     else:
         model = (e["draft"],) + tuple(sorted(_policy_kwargs(e).items()))
     return (spec["pair"], spec["task"], spec["split"], spec["limit"], spec["zoo"], str(spec["device"]),

@@ -382,11 +382,14 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
     for r in rows:
         assert r["decodes"] == sum(s["decodes"] for s in r["sweeps_detail"]) > 0 and r["hours"]["cpu"] > 0
     # a record that two notebooks share is counted once: 8 of RQ3's small-draft policies (rb 2, 3) are RQ2's; RQ4's
-    # separate-small half of its validation grid and all of RQ5's validation grid are RQ3's
+    # separate-small half of its validation grid and all of RQ5's BiLD grid are RQ3's; RQ5's prompt-lookup grid (4
+    # policies, 200 timed x 6 runners) is the speculative notebook's on toy-mt and toy-sum, counted in RQ5 only
     val = {r["notebook"]: [s for s in r["sweeps_detail"] if s["split"] == "validation"] for r in rows}
     assert [(s["policies"], s["to_run"]) for s in val["rq3_alignment"]] == [(32, 24), (32, 24)]
     assert [(s["policies"], s["to_run"]) for s in val["rq4_early_exit"]] == [(32, 16), (32, 16)]
-    assert [(s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(0, 0), (0, 0)]
+    assert [(s["policies"], s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(36, 4, 1200)] * 2
+    assert [(s["pair"], s["to_run"]) for s in val["speculative_pipeline"]] == [("toy-mt-llama", 4), ("toy-mt", 0),
+                                                                             ("toy-sum", 0)]
     text = plan.format_plan(rows, "toy")
     lines = text.splitlines()
     assert "CPU hours" in text and "COST_RATIO" in lines[-1] and any(line.startswith("total") for line in lines)

@@ -39,6 +39,8 @@ def _policy(record: dict) -> str:
     key, pol = record["key"], record["key"]["policy"]
     if key["method"] == "hf_assisted":
         return f"assisted k={pol['k']}"
+    if key["method"] in ("prompt-lookup", "hf_prompt_lookup"):
+        return f"n={pol['ngram']}, k={pol['k']}"
     if key["method"] == "bild":
         rb = pol["rollback"]
         return f"fb {pol['fallback']:g}, rb {'inf' if math.isinf(rb) else f'{rb:g}'}"
@@ -119,6 +121,27 @@ def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:
     out = dict.fromkeys(chosen)
     out.update(zip(picked, tested))
     return out
+
+
+def _lookup(pair: str, ngrams, ks, sweep, run: dict, val_split="validation", val_limit=None,
+            val_timing_limit=200) -> tuple[list[dict], dict | None]:
+    """Prompt lookup (no small model) on validation: its grid of n-gram sizes x draft lengths, one sweep; the records
+    and the fastest with every output identical to vanilla (None without a grid), to be reported on test."""
+    grid = _lookup_grid(ngrams, ks)
+    if not grid:
+        return [], None
+    recs = sweep(pair, grid, **_val(run, val_split, val_limit, val_timing_limit))
+    return recs, sm.choose(recs, None)
+
+
+def _lookup_grid(ngrams, ks) -> list[dict]:
+    """Prompt lookup's sweep entries: every n-gram size x draft length."""
+    return [{"method": "prompt-lookup", "ngram": n, "k": k} for n in ngrams for k in ks]
+
+
+def _lookup_entry(record: dict, method: str = "prompt-lookup") -> dict:
+    """The policy of a prompt-lookup record as a sweep entry (the same n-gram size and k for `method`)."""
+    return {"method": method, **record["key"]["policy"]}
 
 
 def _grid(fallbacks, rollbacks) -> list[dict]:

@@ -10,7 +10,7 @@ from .. import plots
 from .. import summary as sm
 from ..metrics import METRIC_NAMES
 from ..models import task_of
-from .common import Result, _frame, _cells, _grid, _val, _pairs, _n
+from .common import Result, _frame, _cells, _grid, _val, _pairs, _n, _lookup_grid, _lookup_entry, _policy, _versus
 
 
 # The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
@@ -45,25 +45,33 @@ def paper_table():
 
 ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "aligned lossless", "aligned",
         "aligned degraded")
+LOOKUP_ROW = "prompt lookup (no small model)"  # a reference row: no small model at all (with lookup_ngrams, lookup_ks)
 
 
 def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 1.0, 2.0, 3.0, 5.0),
         tolerance: float = 0.2, degraded_tolerance: float = 1.2, val_split: str = "validation", val_limit=100,
-        val_timing_limit=None,
-        passes: int = 2, figures="figures", sweep=None, **run) -> Result:
+        val_timing_limit=None, passes: int = 2, lookup_ngrams=(), lookup_ks=(), lookup_passes: int | None = None,
+        figures="figures", sweep=None, **run) -> Result:
     """RQ5: the paper's main table. Per task and small model (unaligned, aligned) the policy of each row is chosen on
     the validation split (the fastest with every output identical to vanilla; the fastest within `tolerance`; the
     fastest within `degraded_tolerance`, the paper's degraded rows lose 1.05-1.19 points), then reported on the test
-    split with 95% intervals, timed in `passes` independent passes (the run-to-run spread)."""
+    split with 95% intervals, timed in `passes` independent passes (the run-to-run spread). With `lookup_ngrams` and
+    `lookup_ks`, a reference row per task: prompt lookup (no small model), its n-gram size and k chosen on the same
+    validation examples (the fastest lossless), against the fastest two-model row at no loss by paired differences,
+    timed in `lookup_passes` of the passes (None: all)."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
     grid = _grid(fallbacks, rollbacks)
-    table, records, headline, speed_series, speed_cis = [], [], {}, {}, {}
+    bars = list(ROWS[1:]) + [LOOKUP_ROW] * bool(lookup_ngrams and lookup_ks)
+    table, records, headline, speed_series, speed_cis, versus = [], [], {}, {}, {}, {}
     for pair in _pairs(pairs):
         flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
-        val = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+        looks = _lookup_grid(lookup_ngrams, lookup_ks)  # prompt lookup: in the same sweeps as the BiLD rows
+        val = sweep(pair, flat + looks, **_val(run, val_split, val_limit, val_timing_limit))
         records += val
+        val, lval = val[: len(flat)], val[len(flat):]
+        lbest = sm.choose(lval, None) if lval else None
         chosen = {}
         for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
             recs = val[i * len(grid):(i + 1) * len(grid)]
@@ -80,12 +88,16 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
         # pass p is one sweep of every row, timing_pass p + 1: timing_pass 1 is what the other notebooks time, so no
         # pass of this table is a record that another notebook reads (or a row from another sweep)
-        tests = {p: sweep(pair, unique, timing_pass=p + 1, **run) for p in range(1, passes + 1)} if unique else {}
+        extra = {p: [_lookup_entry(lbest)] if lbest is not None and p <= (lookup_passes or passes) else []
+                 for p in range(1, passes + 1)}
+        tests = {p: sweep(pair, unique + extra[p], timing_pass=p + 1, **run) for p in range(1, passes + 1)
+                 if unique or extra[p]}
         by_policy = {json.dumps(u, sort_keys=True): [tests[p][j] for p in tests] for j, u in enumerate(unique)}
         for p in tests:
             records += tests[p]
+        lruns = [tests[p][len(unique)] for p in tests if extra[p]]
         metric = METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
-        any_test = next(iter(by_policy.values()))[0] if by_policy else None
+        any_test = next(iter(by_policy.values()))[0] if by_policy else (lruns[0] if lruns else None)
         head = {}
         for row in ROWS:
             entry = {"pair": pair, "row": row}
@@ -118,22 +130,43 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             if paper:
                 entry["paper"] = f"{paper[0]} / {paper[1]}x"
             table.append(entry)
+        if lruns:
+            c, s = _cells(lruns[0]), lruns[0]["summary"]
+            entry = {"pair": pair, "row": LOOKUP_ROW, "(rb, fb)": _policy(lruns[0]), "N": c["N"], metric: c[metric],
+                     f"Δ {metric}": c[f"Δ {metric} vs vanilla"], "identical to vanilla": c["identical to vanilla"],
+                     **{f"speedup (pass {p})": sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
+                        for p, r in enumerate(lruns, 1)}, "speedup vs HF generate": c["speedup vs HF generate"]}
+            table.append(entry)
+            head[LOOKUP_ROW] = {"score": s["score"], "delta": s["delta"], "delta_ci": s["delta_ci"],
+                                "speedup_hf": s["speedup_hf"], "speedup_hf_ci": s["speedup_hf_ci"],
+                                "identical": s["identical_count"], "examples": s["examples"],
+                                "timed": s.get("timed_examples", s["examples"]),
+                                "speedups": [r["summary"]["speedup"] for r in lruns],
+                                "speedup_cis": [r["summary"]["speedup_ci"] for r in lruns], "policy": _policy(lruns[0])}
+            two = [(row, by_policy[json.dumps(chosen[row], sort_keys=True)][0]) for row in ROWS[1:]
+                   if row in chosen and "degraded" not in row]
+            versus[pair] = (f"prompt lookup (no small model; {_policy(lruns[0])}, chosen on {val_split}): "
+                            + " and ".join(sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
+                                           for r in lruns) + f" ({s['identical_count']}/{s['examples']} identical)")
+            if two:
+                row, best = max(two, key=lambda x: x[1]["summary"]["speedup"])
+                versus[pair] += (f"; the fastest two-model row at no loss, {row}, against it (pass 1): "
+                                 f"{_versus(best, lruns[0], (row, 'lookup'))}")
         headline[pair] = head
         for p in range(passes):
             label = f"{pair}, timing pass {p + 1}"
-            speed_series[label] = [head[r]["speedups"][p] if "speedups" in head.get(r, {}) else float("nan")
-                                   for r in ROWS[1:]]
-            speed_cis[label] = [head[r]["speedup_cis"][p] if "speedup_cis" in head.get(r, {}) else None
-                                for r in ROWS[1:]]
+            timed = {r: head[r]["speedups"] for r in bars if len(head.get(r, {}).get("speedups", ())) > p}
+            speed_series[label] = [head[r]["speedups"][p] if r in timed else float("nan") for r in bars]
+            speed_cis[label] = [head[r]["speedup_cis"][p] if r in timed else None for r in bars]
     n_test = {pair: next((_n({"examples": h["examples"], "timed_examples": h["timed"] if h["timed"] < h["examples"]
                               else None}) for h in hp.values() if "examples" in h), "N = 0")
               for pair, hp in headline.items()}
-    fig = plots.bars(list(ROWS[1:]), speed_series, cis=speed_cis, reference=1.0,
+    fig = plots.bars(bars, speed_series, cis=speed_cis, reference=1.0,
                      ylabel="speedup over the vanilla large model (x)",
                      title="BiLD main table: policies chosen on validation, test "
                            + ", ".join(f"{n} ({pair})" for pair, n in n_test.items()))
     plots.save(fig, "rq5_main_table", figures)
-    _save_table(headline, passes, figures)
+    _save_table(headline, passes, figures, [ROWS[0]] + bars)
     answers = []
     for pair, h in headline.items():
         groups, metric = {}, METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
@@ -150,8 +183,9 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             passes_txt = " and ".join(sm.fmt(v, ci, "x") for v, ci in zip(x["speedups"], x["speedup_cis"]))
             names = " = ".join(r + " no loss" if r in ("unaligned", "aligned") else r for r in rows)
             parts.append(f"{names} (rb, fb) = {x['policy']}: {passes_txt} ({loss})")
-        answers.append(f"On {pair} ({n_test[pair]}): " + "; ".join(parts) + "." if parts else
-                       f"On {pair} no BiLD policy qualifies on {val_split}.")
+        answers.append((f"On {pair} ({n_test[pair]}): " + "; ".join(parts) + "." if parts else
+                        f"On {pair} no BiLD policy qualifies on {val_split}.")
+                       + (f" On {pair}, {versus[pair]}." if pair in versus else ""))
     answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (speedups of {passes} "
               f"independent timing passes). " + " ".join(answers))
     frame = _frame(table)
@@ -160,12 +194,12 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     return Result("RQ5", frame, fig, answer, headline, records)
 
 
-def _save_table(headline: dict, passes: int, figures) -> Path:
+def _save_table(headline: dict, passes: int, figures, rows=ROWS) -> Path:
     """The main table's rows as data, beside its figure (figures/rq5_main_table.json): what the README's table is
     made from, without running the question again."""
     from ..atomic import atomic_path
 
-    data = {"rows": list(ROWS), "passes": passes,
+    data = {"rows": list(rows), "passes": passes,
             "pairs": {pair: {"metric": METRIC_NAMES[ev.tasks.task_metric(task_of(pair))], "rows": head}
                       for pair, head in headline.items()}}
     path = Path(figures) / "rq5_main_table.json"

@@ -1,21 +1,25 @@
 """The speculative decoding pipeline (notebooks/speculative_pipeline.ipynb): acceptance and speedup against k,
-against BiLD and transformers' assisted generation."""
+against BiLD, transformers' assisted generation and prompt lookup (a draft without a model)."""
 
 from __future__ import annotations
 
 from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
-from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup
+from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup, _lookup, _lookup_entry, _n
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
                 bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pairs=("toy-mt", "toy-sum"),
+                lookup_ngrams=(), lookup_ks=(), lookup_val_limit=None, lookup_val_timing_limit=200,
                 figures="figures", sweep=None, **run) -> Result:
     """The speculative decoding pipeline: acceptance against k, measured speedup against the expected
     (1 - a^(k+1)) / ((1 - a)(k c + 1)); greedy against greedy, sampling against sampling (each labelled); BiLD on
     the same examples; and on each of `reference_pairs` (T5 pairs; None for none) fixed-k speculative decoding
-    (k = 4) as the lossless reference next to BiLD."""
+    (k = 4) as the lossless reference next to BiLD. With `lookup_ngrams` and `lookup_ks`, on every pair prompt lookup
+    (no small model): the grid on validation (`lookup_val_limit` examples, `lookup_val_timing_limit` of them timed),
+    the fastest reported on test beside the two-model methods (paired differences), on a decoder-only pair with
+    transformers' prompt lookup (same n-gram size and k) in the same sweep."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     grid = ([{"method": "speculative", "k": k} for k in ks]
             + [{"method": "speculative", "k": k, "do_sample": True, "temperature": temperature} for k in ks]
@@ -38,7 +42,34 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
     rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
                  "tokens / large call": bild["summary"]["mean_accepted"]})
-    ref, versus = [], []
+    ref, versus, lookups, looked = [], [], {}, []
+
+    def lookup(p, rivals):  # prompt lookup on pair p: validation grid, the chosen on test, against `rivals`
+        val, best = _lookup(p, lookup_ngrams, lookup_ks, sweep, run, "validation", lookup_val_limit,
+                            lookup_val_timing_limit)
+        if best is None:
+            return
+        rows.extend({"pair": p, "mode": f"prompt lookup, validation ({_policy(r)})", **_cells(r)} for r in val)
+        decoder_only = not ev._encoder_decoder(p)
+        tests = sweep(p, [_lookup_entry(best)] + [_lookup_entry(best, "hf_prompt_lookup")] * decoder_only, **run)
+        t = tests[0]
+        rows.append({"pair": p, "mode": f"prompt lookup, no small model ({_policy(t)}, chosen on validation)",
+                     **_cells(t)})
+        s = t["summary"]
+        text = (f"Prompt lookup (no small model) on {p} ({_n(s)}; n and k chosen on validation, {_n(val[0]['summary'])}"
+                f"): {_speed(t)}, {s['identical_count']} of {s['examples']} outputs identical")
+        if decoder_only:
+            h = tests[1]
+            rows.append({"pair": p, "mode": f"transformers prompt lookup ({_policy(h)})", **_cells(h)})
+            text += f"; transformers' prompt lookup with the same n and k {_speed(h)}"
+        text += "".join(f"; {name} against it: {_versus(r, t, (name, 'prompt lookup'))}" for name, r in rivals)
+        versus.append(text + ".")
+        lookups[p] = {"policy": _policy(t), "speedup": _speedup(t), "identical": s["identical_count"],
+                      "outputs": s["examples"]}
+        looked.extend(val + tests)
+
+    best_greedy = max(greedy, key=lambda r: r["summary"]["speedup"])
+    lookup(pair, [(f"speculative k={best_greedy['key']['policy']['k']}", best_greedy), ("BiLD", bild)])
     for ref_pair in _pairs(reference_pairs) if reference_pairs else []:
         spec, ref_bild = sweep(ref_pair, [{"method": "speculative", "k": 4},
                                              {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}],
@@ -51,6 +82,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                       f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
                       f"{_versus(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
         ref += [spec, ref_bild]
+        lookup(ref_pair, [("speculative k=4", spec), ("BiLD", ref_bild)])
     table = _frame(rows)
     series, cis = {}, {}
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
@@ -78,5 +110,5 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
               f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
               f"{_speed(bild)}." + "".join(" " + v for v in versus))
     headline = {"best_k": best["key"]["policy"]["k"], "speedup": _speedup(best), "identical": identical,
-                "outputs": total}
-    return Result("speculative pipeline", table, fig, answer, headline, recs + ref)
+                "outputs": total, **({"prompt_lookup": lookups} if lookups else {})}
+    return Result("speculative pipeline", table, fig, answer, headline, recs + ref + looked)
