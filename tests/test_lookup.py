@@ -279,7 +279,7 @@ def test_sweep_entries_of_prompt_lookup_are_checked():
     with pytest.raises(ValueError, match="ngram"):
         ev.check_entry("toy-mt-llama", {"method": "prompt-lookup", "ngram": 0})
     with pytest.raises(ValueError, match="needs timing_limit=None"):
-        ev.check_timing_limit(3, 4, [{**ev.DEFAULTS, "method": "hf_prompt_lookup"}], "local")
+        ev.check_timing_limit(3, 4, [{**ev.DEFAULTS, "method": "hf_prompt_lookup"}])
     # keys of the other methods do not change: ngram enters prompt lookup's only
     assert ev.policy_of("speculative", 4, 0.6, 5.0, 10, ngram=3) == {"k": 4}
     assert ev.policy_of("hf_prompt_lookup", 4, 0.6, 5.0, 10, ngram=3) == {"k": 4, "ngram": 3}
