@@ -206,8 +206,9 @@ def test_the_paper_size_benchmark_on_shrunken_configs(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("paper_size", BENCH.parent / "paper_size.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    for config in bench.CONFIGS.values():
-        config.update(d_model=8, num_layers=1, num_heads=2, d_kv=4, d_ff=16)
+    # the script's own configs shrunk (a new dict: the package's models.PAPER_CONFIGS stay as they are)
+    bench.CONFIGS = {name: {**config, "d_model": 8, "num_layers": 1, "num_heads": 2, "d_kv": 4, "d_ff": 16}
+                     for name, config in bench.CONFIGS.items()}
     assert bench.main(["--steps", "1", "--out", str(tmp_path / "out.json")]) == 0
     doc = json.loads((tmp_path / "out.json").read_text())
     assert doc["protocol"] == {"threads": 1, "repeats": 1, "warmup": 1}

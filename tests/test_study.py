@@ -551,8 +551,10 @@ def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
     for r in rows:
         mine = {part: 0.0 for part in plan.PARTS}
         for s in r["sweeps_detail"]:
-            baselines = 3 if r["notebook"] == "speculative_pipeline" else 2  # vanilla, transformers' (, sampling)
-            assert s["decodes"] == (s["timed"] * (s["to_run"] + baselines) if s["to_run"] else 0), s
+            # vanilla and transformers' generate; the speculative notebook's sampled rows also time the sampling
+            # baseline (its prompt-lookup sweep has none)
+            baselines = (2, 3) if r["notebook"] == "speculative_pipeline" else (2,)
+            assert s["decodes"] in ({s["timed"] * (s["to_run"] + b) for b in baselines} if s["to_run"] else {0}), s
             assert 0 < s["timed"] <= s["examples"], s
             n, c = s["examples"], plan.COST_RATIO[s["task"]]
             assert s["outputs"] in (0, n * s["to_run"], n * (s["to_run"] + 1)), s
