@@ -36,7 +36,7 @@ GIB = 2 ** 30
 CPU_MEMORY = 8 * GIB  # the budget on a CPU when none is given (the smallest of our users' machines has 16 GB)
 MARGIN = 0.1  # of a GPU's free memory, kept free for the allocator and the kernels' workspaces
 SOFTMAX_COPIES, ACTIVATIONS, SCORE_COPIES = 4, 4, 4
-SLACK = 1.1  # the allocator's rounding and fragmentation, and the small per-layer temporaries of a decoder step
+SLACK = 1.25  # the allocator's rounding and fragmentation, and the small per-layer temporaries of a decoder step
 UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
 
