@@ -54,7 +54,6 @@ from . import memory as mem
 from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
-from .views import forward_kwargs
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
 BRANCH = ("small_calls", "drafted", "fallbacks")  # BiLD counts that include the work on a rolled-back branch
@@ -65,8 +64,8 @@ class _Rows:
 
     def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
         self.model = model
-        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
-        self.positions = capabilities.forward(model).positions  # else the model derives them (never padded then)
+        fwd = capabilities.forward(model)  # positions: else the model derives them (never padded then)
+        self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
         # a decoder-only model that is never padded gets no mask, as transformers' generate drops an all-ones one
         self.masked = model.config.is_encoder_decoder or capabilities.pads(model)
         self.encoded = None

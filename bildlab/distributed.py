@@ -88,12 +88,16 @@ def shards(indices: list[int], size: int) -> list[list[int]]:
 
 def default_shard_size(n: int, slots: int) -> int:
     """About two shards per device slot, within [MIN_SHARD, MAX_SHARD] examples."""
-    return max(MIN_SHARD, min(MAX_SHARD, math.ceil(n / (2 * max(slots, 1)))))
+    return _two_per_slot(n, slots, MIN_SHARD, MAX_SHARD)
 
 
 def default_chunk_size(n: int, slots: int) -> int:
     """About two chunks per device slot, within [MIN_CHUNK, MAX_CHUNK] examples."""
-    return max(MIN_CHUNK, min(MAX_CHUNK, math.ceil(n / (2 * max(slots, 1)))))
+    return _two_per_slot(n, slots, MIN_CHUNK, MAX_CHUNK)
+
+
+def _two_per_slot(n: int, slots: int, low: int, high: int) -> int:
+    return max(low, min(high, math.ceil(n / (2 * max(slots, 1)))))
 
 
 def _here(spec: dict, env: dict) -> dict:

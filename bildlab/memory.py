@@ -95,14 +95,14 @@ def _first(config, *names, default=None):
 def geometry(model_or_config, vocab: int | None = None, dtype: torch.dtype | None = None) -> Geometry:
     """A model's geometry from its config (a model: its output layer's rows and its dtype; a config alone: `vocab`,
     else its vocab_size, and `dtype`, else float32)."""
-    from .views import forward_kwargs
+    from .capabilities import forward_of
 
     config = getattr(model_or_config, "config", model_or_config)
     if config is not model_or_config:  # a model
         out = model_or_config.get_output_embeddings()
         vocab = vocab or (out.weight.shape[0] if out is not None else None)
         dtype = dtype or model_or_config.dtype
-        full = not config.is_encoder_decoder and not forward_kwargs(type(model_or_config))[1]
+        full = not config.is_encoder_decoder and not forward_of(type(model_or_config)).keep_kw
     else:
         full = False
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -125,13 +125,17 @@ def geometry(model_or_config, vocab: int | None = None, dtype: torch.dtype | Non
     )
 
 
+def encoded_bytes(g: Geometry, rows: int, source: int) -> int:
+    """An encoder-decoder model's encoder outputs (none for a decoder-only one)."""
+    return rows * source * g.d_model * g.dtype_bytes if g.encoder_decoder else 0
+
+
 def kept_bytes(g: Geometry, rows: int, source: int, new: int) -> int:
     """What one model holds while its rows decode: encoder outputs, KV cache, one position's logits."""
     s, B = g.dtype_bytes, rows
     cache = 2 * g.layers * B * g.kv_heads * g.head_dim * (source + new) * s  # cross + self, or prompt + new
-    encoded = B * source * g.d_model * s if g.encoder_decoder else 0
     logits = B * g.vocab * (s + 4 * (1 + SOFTMAX_COPIES))
-    return cache + encoded + logits
+    return cache + encoded_bytes(g, rows, source) + logits
 
 
 def prefill_bytes(g: Geometry, rows: int, source: int) -> int:
@@ -150,7 +154,7 @@ def peak_bytes(geometries: list[Geometry], rows: int, source: int, new: int) -> 
     prefill = max(prefill_bytes(g, rows, source) for g in geometries)
     if not geometries[0].encoder_decoder:  # a prompt's cache fills during its prefill
         return int(SLACK * (kept + prefill))
-    encoded = sum(rows * source * g.d_model * g.dtype_bytes for g in geometries)
+    encoded = sum(encoded_bytes(g, rows, source) for g in geometries)
     return int(SLACK * max(kept, encoded + prefill))  # the encoders run before the decoders cache anything
 
 

@@ -91,11 +91,9 @@ class Pair:
         """Model input ids [1, n] for a source text: prefix + source + EOS (encoder-decoder), and for decoder-only
         models the separator that starts the answer; at most `max_source_tokens` ids, the last one EOS/separator
         (as a tokenizer's truncation=True, max_length=max_source_tokens)."""
-        ids = self.tokenizer(self.prefix + source, add_special_tokens=False)["input_ids"]
-        if self.max_source_tokens is not None:
-            ids = ids[: self.max_source_tokens - 1]
         end = self.tokenizer.sep_token_id if not self.large.config.is_encoder_decoder else self.tokenizer.eos_token_id
-        return torch.tensor([ids + [end]], device=self.large.device)
+        ids = source_ids(self.tokenizer, self.prefix, source, self.max_source_tokens, end)
+        return torch.tensor([ids], device=self.large.device)
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
@@ -105,6 +103,15 @@ class Pair:
         from .tasks import load_task
 
         return [self.encode(ex["source"]) for ex in load_task(self.task, split, limit=limit)]
+
+
+def source_ids(tokenizer, prefix: str, source: str, max_source_tokens: int | None, end: int) -> list[int]:
+    """The model input of a source text (`Pair.encode`; the plan's longest source): prefix + source, at most
+    `max_source_tokens` ids, the last one `end` (EOS or the separator)."""
+    ids = tokenizer(prefix + source, add_special_tokens=False)["input_ids"]
+    if max_source_tokens is not None:
+        ids = ids[: max_source_tokens - 1]
+    return ids + [end]
 
 
 def zoo_dir() -> Path:

@@ -14,7 +14,6 @@ Nothing is global: two plans in one process do not see each other.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import warnings
 from functools import lru_cache
@@ -193,8 +192,7 @@ def _on_devices(hours: float, n: int, size, devices: int) -> float:
     larger of an even share and the largest task."""
     if not hours or not n:
         return 0.0
-    per_task = hours * min(size(n, devices), n) / n
-    return max(hours / devices, per_task) if math.ceil(n / size(n, devices)) > 1 else hours
+    return max(hours / devices, hours * min(size(n, devices), n) / n)  # one task: all the hours
 
 
 @lru_cache(maxsize=16)
@@ -227,13 +225,12 @@ def _longest_source(pair: str, task: str, split: str, limit) -> int:
 
     if pair not in TOY_PAIRS:
         return MAX_SOURCE_TOKENS
-    from tokenizers import Tokenizer
-
     from . import tasks
+    from .models import _load_tokenizer, source_ids
 
-    tok, prefix = Tokenizer.from_file(str(zoo_dir() / "tokenizer" / "tokenizer.json")), TOY_PAIRS[pair][3]
-    return 1 + max(len(tok.encode(prefix + ex["source"], add_special_tokens=False).ids)
-                   for ex in tasks.load_task(task, split, limit=limit))
+    tok, prefix = _load_tokenizer(zoo_dir() / "tokenizer"), TOY_PAIRS[pair][3]
+    return max(len(source_ids(tok, prefix, ex["source"], None, tok.eos_token_id))
+               for ex in tasks.load_task(task, split, limit=limit))
 
 
 def unused(registry: str | Path, read: set[str]) -> list[Path]:

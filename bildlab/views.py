@@ -4,8 +4,6 @@ rejected ones. An early exit of the large model as the draft is a view of the la
 
 from __future__ import annotations
 
-import functools
-import inspect
 
 import torch
 from transformers import PreTrainedModel
@@ -21,8 +19,8 @@ class View:
     def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor):
         self.model = model
         self.encoder_decoder = bool(model.config.is_encoder_decoder)
-        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
-        self.positions = capabilities.forward(model).positions  # position ids as transformers' generate builds them
+        fwd = capabilities.forward(model)  # position ids as transformers' generate builds them
+        self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
         self.cached = 0  # positions of the sequence buffer already in the cache
         self.calls = 0
         self.seconds = 0.0
@@ -66,8 +64,8 @@ class EarlyExitView(View):
     def __init__(self, model: PreTrainedModel, large: View):
         self.model, self.large = model, large
         self.encoder_decoder = large.encoder_decoder
-        self.cache_kw, self.keep_kw = forward_kwargs(type(model))
-        self.positions = large.positions
+        fwd = capabilities.forward(model)
+        self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, large.positions
         self.encoder_outputs = getattr(large, "encoder_outputs", None)
         self.cache = large.cache
         self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache
@@ -88,10 +86,3 @@ class EarlyExitView(View):
     def crop(self, length: int) -> None:
         """After verification the large model has cropped the shared cache: the draft goes on from there."""
         self.cached = self.large.cached
-
-
-@functools.lru_cache(maxsize=None)
-def forward_kwargs(cls: type) -> tuple[str, bool]:
-    """How this model class takes its cache (renamed during transformers 5.x) and whether it can skip logits."""
-    params = inspect.signature(cls.forward).parameters
-    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
