@@ -77,19 +77,18 @@ def _study(args) -> int:
             overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
         except yaml.YAMLError:
             raise ParameterError(f"-p {name}: {value!r} is not a YAML value") from None
+    from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
     if args.plan:
         from .plan import format_plan, plan
 
         if args.recompute:
             overrides["recompute"] = True
-        from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
         print(format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile))
         return 0
-    _check_machine(args.profile, args.notebook, args.params, overrides)
+    _check_machine(args.profile, args.notebook, {**from_file, **overrides})
     from .plan import check
     from .runner import NotebookFailed, run_study
 
-    from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
     check(args.profile, args.notebook, {**from_file, **overrides})  # every sweep each notebook would make
     try:
         run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides,
@@ -132,18 +131,14 @@ def _registry(args) -> int:
     return 0
 
 
-def _check_machine(profile: str, notebooks: list[str] | None, params_file: str | None, overrides: dict) -> None:
+def _check_machine(profile: str, notebooks: list[str] | None, extra: dict) -> None:
     """check_params' device check, before the imports that take most of a failing run's time (papermill and
     transformers, about 10 s on 2 cores): the device and executor each chosen notebook gets from the profile, the
-    parameter file or -p (a notebook's own default is "cpu", "local"; every parameter is checked again in full)."""
-    from pathlib import Path
-
-    import yaml
-
+    parameter file and -p (`extra`; a notebook's own default is "cpu", "local"; every parameter is checked again in
+    full)."""
     from .params import check_device
     from .runner import notebook_names, profile_params
 
-    extra = {**((yaml.safe_load(Path(params_file).read_text()) or {}) if params_file else {}), **overrides}
     for name in notebooks or notebook_names():
         params = {**profile_params(profile, name), **extra}
         if "device" in params:
