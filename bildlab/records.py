@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import warnings
 
-from . import shard, tasks, timing
+from . import costs, shard, tasks, timing
 from .decoding import _eos_ids, truncated
 from .registry import versions
 from .summary import summarize
 
 
 def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
-                  batched: dict[str, list[list[int]]] | None = None, layouts: dict[str, dict] | None = None
-                  ) -> list[dict]:
+                  batched: dict[str, list[list[int]]] | None = None, layouts: dict[str, dict] | None = None,
+                  calibration: dict | None = None) -> list[dict]:
     """One record per policy from the timed rows (`done`, {index: row}): of every example, or, with `batched` (every
     runner's output tokens on every example, `shard.outputs`), of a sample whose batch-1 outputs are checked against
     the batched ones (`timed_identical`; a mismatch is a bug unless a numerical tie). Where each example was timed
@@ -41,6 +41,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                          f"speedup is a ratio of times taken on one kind of device; time the sweep on one GPU type "
                          f"(a Ray accelerator_type), or drop its checkpoint (.partial/) and rerun it there")
     records, made_with = [], versions()
+    sources = [p.encode(ex["source"]).shape[1] for ex in examples] if calibration else []
     for n, (e, key) in enumerate(zip(spec["entries"], keys)):
         base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
         rows, same = [], 0
@@ -72,6 +73,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep},
                         "machines": machines, "examples": rows})
+        costs.attach(records[-1], calibration, sources, encoder_decoder=bool(p.large.config.is_encoder_decoder))
     return records
 
 

@@ -254,11 +254,20 @@ def pareto(records: list[dict], references: list[str] | None = None) -> list[dic
     return [r for r in by_speed if not dominated[next(i for i, x in enumerate(records) if x is r)]]
 
 
-def expected_speedup(a: float, k: int, c: float) -> float:
-    """Leviathan et al.: expected wall-time improvement with acceptance rate a, draft length k, cost ratio c."""
+def expected_speedup(a: float, k: int, c: float, verify: float = 1.0) -> float:
+    """Leviathan et al.: expected wall-time improvement with acceptance rate a, draft length k, cost ratio c, and a
+    verification pass over k + 1 tokens that costs `verify` one-token passes (1 in the paper; a calibration measures
+    it: `costs.pass_ratios`)."""
     if a >= 1.0:
-        return (k + 1) / (k * c + 1)
-    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
+        return (k + 1) / (k * c + verify)
+    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + verify))
+
+
+def verify_cost(record: dict, k: int) -> float:
+    """The verifier's pass over k + 1 tokens in one-token passes, from the calibration that priced the record (1,
+    the paper's assumption, where none did)."""
+    cal = record.get("calibration") or {}
+    return float((cal.get("pass_ratio") or {}).get(str(k + 1), 1.0))
 
 
 def expected_tokens_per_call(a: float, k: int) -> float:

@@ -14,7 +14,8 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                 lookup_ngrams=(), lookup_ks=(), lookup_val_limit=None, lookup_val_timing_limit=200,
                 figures="figures", sweep=None, **run) -> Result:
     """The speculative decoding pipeline: acceptance against k, measured speedup against the expected
-    (1 - a^(k+1)) / ((1 - a)(k c + 1)); greedy against greedy, sampling against sampling (each labelled); BiLD on
+    (1 - a^(k+1)) / ((1 - a)(k c + v)), v the verifier pass over k + 1 tokens in one-token passes (1 without a
+    calibration); greedy against greedy, sampling against sampling (each labelled); BiLD on
     the same examples; and on each of `reference_pairs` (T5 pairs; None for none) fixed-k speculative decoding
     (k = 4) as the lossless reference next to BiLD. With `lookup_ngrams` and `lookup_ks`, on every pair prompt lookup
     (no small model): the grid on validation (`lookup_val_limit` examples, `lookup_val_timing_limit` of them timed),
@@ -36,7 +37,9 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                          "tokens / large call": rec["summary"]["mean_accepted"],
                          "expected tokens / call": round(sm.expected_tokens_per_call(a, k), 3),
                          "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
-                         "expected speedup": round(sm.expected_speedup(a, k, c), 3), "N": rec["summary"]["examples"],
+                         "verifier cost": sm.verify_cost(rec, k),
+                         "expected speedup": round(sm.expected_speedup(a, k, c, sm.verify_cost(rec, k)), 3),
+                         "predicted speedup": rec["summary"].get("predicted_speedup"), "N": rec["summary"]["examples"],
                          "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
     for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
         rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
@@ -88,7 +91,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
         series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
         cis[f"{mode}: measured"] = [r["summary"]["speedup_ci"] for r in group]
-        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r))
+        series[f"{mode}: expected"] = [sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r), sm.verify_cost(r, k))
                                        for r, k in zip(group, ks)]
     series["transformers assisted (greedy): measured"] = [r["summary"]["speedup"] for r in assisted]
     cis["transformers assisted (greedy): measured"] = [r["summary"]["speedup_ci"] for r in assisted]

@@ -1,0 +1,210 @@
+"""What a decode costs on a machine: a record's exact call counts priced by a calibration of that machine
+(`calibrate`), so that a speedup is predicted from the mechanism and checked against the clock.
+
+    p = predict(record, calibration, source_lengths)   # {"predicted_speedup", "_ci", "measured_over_predicted", ...}
+
+The cost model (one decode at batch 1, the calls `decoding.generate` makes):
+
+    vanilla   encoder(L) + T * pass(1)
+    policy    encoder(L) [+ the draft's encoder(L)] + C * pass(1) + D * slope + S * step
+
+with L the source length, T the vanilla output's tokens, C the large model's calls, D the drafted tokens (each call
+feeds the large model's last token and the draft after it: pass(m + 1) ~ pass(1) + m * slope, the least-squares line
+through the calibrated pass(m)), S the draft model's calls, and every per-call cost read at the decode's mean prefix
+length (interpolated between the calibrated prefixes). A decoder-only model's first call is its prefill over the
+prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. Left out: the loop's own host
+work (argmax, the confidence read, n-gram search for prompt lookup, sampling), cache growth beyond the calibrated
+prefixes, and a machine's drift between the calibration and the timing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from .intervals import interval, ratio_of_sums
+
+PRICED = ("greedy", "small", "bild", "speculative", "prompt-lookup")  # methods whose engine counts its calls
+FIELDS = ("predicted_speedup", "predicted_speedup_ci", "measured_over_predicted", "measured_over_predicted_ci")
+TOLERANCE = 0.05  # measured / predicted within +-5%: the cost model explains the speedup
+
+
+def _line(xs, ys) -> tuple[float, float]:
+    """Intercept and slope of the least-squares line through (xs, ys) (a constant for one point)."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(xs) < 2:
+        return float(ys[0]), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return float(intercept), float(slope)
+
+
+def _at(prefixes, values, prefix: float) -> float:
+    """A per-call cost at `prefix` cached positions, linear between the calibrated prefixes (constant beyond)."""
+    return float(np.interp(prefix, np.asarray(prefixes, dtype=float), np.asarray(values, dtype=float)))
+
+
+def encoder(cal: dict, model: str, length: float) -> float:
+    """Seconds of the encoder (or a decoder-only model's prefill) of `model` ('large' or 'small') over `length`
+    tokens: the least-squares line through the calibrated lengths."""
+    e = cal["costs"]["encoder"][model]
+    a, b = _line(e["lengths"], e["seconds"])
+    return max(a + b * length, 0.0)
+
+
+def large_pass(cal: dict, prefix: float) -> tuple[float, float]:
+    """The large model's pass at `prefix` cached positions: (seconds of a one-token pass, seconds per extra token
+    fed in the same pass)."""
+    lp = cal["costs"]["large_pass"]
+    per_m = [_at(lp["prefix"], [row[j] for row in lp["seconds"]], prefix) for j in range(len(lp["m"]))]
+    one = per_m[lp["m"].index(1)] if 1 in lp["m"] else _line(lp["m"], per_m)[0] + _line(lp["m"], per_m)[1]
+    return one, max(_line(lp["m"], per_m)[1], 0.0)
+
+
+def draft_step(cal: dict, draft: str, prefix: float) -> float:
+    """Seconds of the draft's one-token step ('small', or a draft in the calibration's `drafts`)."""
+    c = cal["costs"]
+    s = c["small_step"] if draft == "small" else (c.get("drafts") or {}).get(draft)
+    if s is None:
+        raise ValueError(f"draft must be 'small' or one the calibration measured "
+                         f"({', '.join(['small', *(c.get('drafts') or {})])}); got {draft!r}")
+    return _at(s["prefix"], s["seconds"], prefix)
+
+
+def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, tokens: int, source: int,
+                   decoder_only: bool) -> float:
+    """The predicted seconds of one decode from its exact counts (`stats`, the engine's; None for the vanilla large
+    model, whose calls are its `tokens`)."""
+    if method not in PRICED:
+        raise ValueError(f"method must be one of {', '.join(PRICED)} to be priced; got {method!r}")
+    prefix = (source if decoder_only else 1) + tokens / 2  # the mean cached length over the decode
+    if method in ("greedy", "small") or stats is None:
+        model = "small" if method == "small" else "large"
+        one = draft_step(cal, draft, prefix) if model == "small" else large_pass(cal, prefix)[0]
+        calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
+        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one
+    one, slope = large_pass(cal, prefix)
+    calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
+    t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope
+    if steps:
+        own = draft != "early-exit"  # an early exit runs on the large model's encoder outputs and cache
+        t += (encoder(cal, "small", source) if own else 0.0) + max(steps - (decoder_only and own), 0) * \
+            draft_step(cal, draft, prefix)
+    return t
+
+
+def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: bool) -> dict:
+    """A record's predicted speedup over its vanilla model (the same timed examples, priced by `cal`), with its 95%
+    paired-bootstrap interval, and the measured speedup over it, with its own; None where the method counts no calls
+    (transformers' generate). `sources`: every example's source length in tokens (the large model's input);
+    `encoder_decoder`: whether the pair's models are."""
+    key, empty = record["key"], dict.fromkeys(FIELDS)
+    if key["method"] not in PRICED:
+        return empty
+    rows = [(e, s) for e, s in zip(record["examples"], sources) if e["seconds"] is not None]
+    if not rows or any(e["stats"] is None or "large_calls" not in e["stats"] for e, _ in rows):
+        return empty
+    decoder_only = not encoder_decoder
+    method, draft = key["method"], key.get("draft", "small")
+    pm = np.array([decode_seconds(cal, method, draft, e["stats"], e["tokens"], s, decoder_only) for e, s in rows])
+    pb = np.array([decode_seconds(cal, "greedy", draft, None, e["baseline_tokens"], s, decoder_only)
+                   for e, s in rows])
+    t = np.array([e["seconds"] for e, _ in rows], dtype=float)
+    tb = np.array([e["baseline_seconds"] for e, _ in rows], dtype=float)
+    n, full = len(rows), np.arange(len(rows))[None]
+
+    def ratio(idx):  # measured speedup over predicted, on one resample of the examples
+        return ratio_of_sums(tb, t, idx) / ratio_of_sums(pb, pm, idx)
+
+    lo, hi = interval(lambda idx: ratio_of_sums(pb, pm, idx), n)
+    rlo, rhi = interval(ratio, n)
+    return {"predicted_speedup": round(float(pb.sum() / pm.sum()), 4), "predicted_speedup_ci": [round(lo, 4),
+                                                                                                 round(hi, 4)],
+            "measured_over_predicted": round(float(ratio(full)[0]), 4),
+            "measured_over_predicted_ci": [round(rlo, 4), round(rhi, 4)]}
+
+
+def explained(record: dict, tolerance: float = TOLERANCE) -> bool | None:
+    """Is the measured speedup within `tolerance` of the predicted one (None where nothing was predicted)?"""
+    r = record["summary"].get("measured_over_predicted")
+    return None if r is None else abs(r - 1.0) <= tolerance
+
+
+def cost_ratio(cal: dict, draft: str = "small", prefix: float = 16) -> float:
+    """c: the draft's one-token step over the large model's one-token pass (Leviathan et al.'s cost ratio)."""
+    return draft_step(cal, draft, prefix) / large_pass(cal, prefix)[0]
+
+
+def pass_ratios(cal: dict, prefix: float = 16) -> dict[int, float]:
+    """The large model's pass over m tokens over its one-token pass, for every calibrated m: the verifier's cost in
+    one-token passes (Leviathan et al.'s expectation counts it as 1)."""
+    lp = cal["costs"]["large_pass"]
+    one = large_pass(cal, prefix)[0]
+    return {m: round(_at(lp["prefix"], [row[j] for row in lp["seconds"]], prefix) / one, 4)
+            for j, m in enumerate(lp["m"])}
+
+
+def reference(cal: dict, draft: str = "small") -> dict:
+    """What a record says of the calibration that priced it: the machine, when (its key's digest finds it), and the
+    cost ratios it priced with (c of the record's draft; the verifier's pass over m tokens in one-token passes)."""
+    from .registry import digest
+
+    k = cal["key"]
+    try:
+        c = round(cost_ratio(cal, draft), 4)
+    except ValueError:  # a draft this calibration did not measure
+        c = None
+    return {"digest": digest(k), "pair": k["pair"], "device_name": k["device_name"], "processor": k["processor"],
+            "threads": k["threads"], "made": cal["made"], "c": c,
+            "pass_ratio": {str(m): r for m, r in pass_ratios(cal).items()}}
+
+
+def with_cost_ratio(cal: dict, c: float, draft: str = "small") -> dict:
+    """A copy of `cal` whose draft step costs c one-token passes of the large model at every prefix (the counts
+    fixed, the costs varied: a speedup against c)."""
+    import copy
+
+    out = copy.deepcopy(cal)
+    s = out["costs"]["small_step"] if draft == "small" else out["costs"]["drafts"][draft]
+    s["seconds"] = [c * large_pass(cal, p)[0] for p in s["prefix"]]
+    return out
+
+
+def attach(record: dict, cal: dict | None, sources: list[int], *, encoder_decoder: bool) -> dict:
+    """The record with its predicted speedup beside the measured one (`predict`) and the calibration named
+    (`record["calibration"]`); without a calibration, both are None."""
+    record["summary"].update(predict(record, cal, sources, encoder_decoder=encoder_decoder) if cal else
+                             dict.fromkeys(FIELDS))
+    record["calibration"] = reference(cal, record["key"].get("draft", "small")) if cal else None
+    return record
+
+
+@lru_cache(maxsize=16)
+def source_lengths(pair: str, task: str, split: str, limit) -> tuple[list[int], bool]:
+    """Every example's source length in the pair's large-model input (`Pair.encode`), and whether the pair is
+    encoder-decoder."""
+    from . import shard, tasks
+    from .models import zoo_dir
+
+    p = shard.load(pair, "small", "cpu", str(zoo_dir()))
+    lengths = [p.encode(ex["source"]).shape[1] for ex in tasks.load_task(task, split, limit=limit)]
+    return lengths, bool(p.large.config.is_encoder_decoder)
+
+
+def reprice(registry, calibrations: dict[str, dict]) -> int:
+    """Price every record of `registry` whose pair has a calibration in `calibrations` ({pair: calibration}),
+    storing its predicted speedup and the calibration's name; nothing else in a record changes. Returns the records
+    rewritten."""
+    done = 0
+    for record in registry.records():
+        key = record["key"]
+        cal = calibrations.get(key["pair"])
+        if cal is None:
+            continue
+        sources, enc_dec = source_lengths(key["pair"], key["task"], key["split"], key["limit"])
+        before = (dict(record["summary"]), record.get("calibration"))
+        attach(record, cal, sources, encoder_decoder=enc_dec)
+        if (record["summary"], record["calibration"]) != before:
+            registry.put(key, record)
+            done += 1
+    return done

@@ -1,0 +1,114 @@
+"""The cost model (bildlab.costs): decodes timed on a virtual clock with known per-call costs are predicted exactly
+from their counts alone; errors name their parameter."""
+
+import pytest
+import torch
+
+from bildlab import costs
+from bildlab.decoding import generate
+
+ENC, STEP, SLOPE, SMALL, ENC_SMALL = 0.010, 0.004, 0.0005, 0.001, 0.002  # seconds per call / per extra token
+
+
+def calibration(prefixes=(1, 64)) -> dict:
+    """A calibration whose costs are the virtual clock's: pass(m) = STEP + (m - 1) SLOPE at every prefix."""
+    ms = list(range(1, 9))
+    return {"costs": {
+        "encoder": {"large": {"lengths": [4, 32], "seconds": [ENC, ENC]},
+                    "small": {"lengths": [4, 32], "seconds": [ENC_SMALL, ENC_SMALL]}},
+        "large_pass": {"m": ms, "prefix": list(prefixes), "seconds": [[STEP + (m - 1) * SLOPE for m in ms]] * 2},
+        "small_step": {"prefix": list(prefixes), "seconds": [SMALL, SMALL]}}}
+
+
+class Clock:
+    """Virtual seconds from forward hooks: a decoder call costs STEP + (fed - 1) SLOPE (the large model) or SMALL,
+    an encoder call ENC or ENC_SMALL; a decoder-only model's first call (its prefill) costs the encoder's, plus SLOPE per
+    drafted token the large model verifies in it."""
+
+    def __init__(self, large, small):
+        self.t, self.handles, self.started, self.prompt = 0.0, [], set(), 0
+        for model, step, enc in ((large, None, ENC), (small, SMALL, ENC_SMALL)):
+            self.handles.append(model.register_forward_pre_hook(self.decoder(model, step, enc), with_kwargs=True))
+            if model.config.is_encoder_decoder:
+                self.handles.append(model.get_encoder().register_forward_pre_hook(self.add(enc), with_kwargs=True))
+
+    def add(self, seconds):
+        def hook(module, args, kwargs):
+            self.t += seconds
+        return hook
+
+    def decoder(self, model, step, enc):
+        def hook(module, args, kwargs):
+            ids = kwargs.get("decoder_input_ids") if model.config.is_encoder_decoder else kwargs.get("input_ids")
+            first = id(model) not in self.started  # a decode's first call of this model
+            self.started.add(id(model))
+            if not model.config.is_encoder_decoder and first:  # the prefill, and the large model's draft after it
+                self.t += enc + (ids.shape[1] - self.prompt) * (SLOPE if step is None else 0.0)
+            else:
+                self.t += step if step is not None else STEP + (ids.shape[1] - 1) * SLOPE
+        return hook
+
+    def read(self) -> float:
+        """The seconds since the last read; the next decode starts."""
+        t, self.t, self.started = self.t, 0.0, set()
+        return t
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("arch", ["t5", "llama"])
+@pytest.mark.parametrize("policy", [dict(method="bild", fallback=0.6, rollback=2.0),
+                                    dict(method="speculative", k=3)])
+def test_predicted_equals_a_constructed_clock(models, arch, policy):
+    large, drafts = models[arch]
+    small = drafts["perturbed"]
+    rows, sources, total_drafted = [], [], 0
+    for seed in range(6):
+        x = torch.randint(3, 40, (1, 5 + seed), generator=torch.Generator().manual_seed(seed))
+        clock = Clock(large, small)
+        clock.prompt = x.shape[1]
+        out = generate(large, x, small=small, max_new_tokens=12, **policy)
+        t = clock.read()
+        base = generate(large, x, max_new_tokens=12)
+        tb = clock.read()
+        clock.close()
+        total_drafted += out.stats["drafted"]
+        rows.append({"seconds": t, "baseline_seconds": tb, "stats": out.stats, "tokens": len(out.tokens),
+                     "baseline_tokens": len(base.tokens)})
+        sources.append(x.shape[1])
+    assert total_drafted > 0  # the draft was used: the slope and the small model's steps are priced
+    record = {"key": {"method": policy["method"], "draft": "small"}, "examples": rows}
+    p = costs.predict(record, calibration(), sources, encoder_decoder=large.config.is_encoder_decoder)
+    measured = sum(r["baseline_seconds"] for r in rows) / sum(r["seconds"] for r in rows)
+    assert p["predicted_speedup"] == pytest.approx(measured, abs=1e-4)
+    assert p["measured_over_predicted"] == pytest.approx(1.0, abs=1e-4)
+    lo, hi = p["measured_over_predicted_ci"]
+    assert lo == pytest.approx(1.0, abs=1e-4) and hi == pytest.approx(1.0, abs=1e-4)
+    assert p["predicted_speedup_ci"][0] <= p["predicted_speedup"] <= p["predicted_speedup_ci"][1]
+    assert costs.explained({"summary": p}) is True
+
+
+def test_prefix_interpolation_and_a_miss_is_measured():
+    cal = calibration()
+    cal["costs"]["large_pass"]["seconds"] = [[0.004] * 8, [0.008] * 8]  # pass(1) doubles from prefix 1 to 64
+    assert costs.large_pass(cal, 1) == pytest.approx((0.004, 0.0))
+    assert costs.large_pass(cal, 32.5) == pytest.approx((0.006, 0.0))
+    assert costs.large_pass(cal, 1000)[0] == pytest.approx(0.008)  # constant beyond the calibrated prefixes
+    stats = dict(large_calls=5, drafted=0, small_calls=0)
+    rows = [{"seconds": 0.02, "baseline_seconds": 0.03, "stats": stats, "tokens": 5, "baseline_tokens": 5}]
+    p = costs.predict({"key": {"method": "bild", "draft": "small"}, "examples": rows}, calibration(), [4],
+                      encoder_decoder=True)
+    assert p["predicted_speedup"] == 1.0  # the same calls: nothing to gain
+    assert p["measured_over_predicted"] == 1.5 and costs.explained({"summary": p}) is False
+
+
+def test_unpriced_methods_and_errors():
+    rows = [{"seconds": 1.0, "baseline_seconds": 1.0, "stats": {}, "tokens": 3, "baseline_tokens": 3}]
+    p = costs.predict({"key": {"method": "hf_assisted"}, "examples": rows}, calibration(), [4], encoder_decoder=True)
+    assert p["predicted_speedup"] is None and costs.explained({"summary": p}) is None
+    with pytest.raises(ValueError, match="method must be one of"):
+        costs.decode_seconds(calibration(), "hf_greedy", "small", None, 3, 4, False)
+    with pytest.raises(ValueError, match="draft must be 'small' or one the calibration measured"):
+        costs.draft_step(calibration(), "aligned", 4)
