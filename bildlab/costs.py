@@ -208,3 +208,26 @@ def reprice(registry, calibrations: dict[str, dict]) -> int:
             registry.put(key, record)
             done += 1
     return done
+
+
+def elsewhere(records: list[dict], cal: dict) -> list[dict]:
+    """Every priced record's speedup on the machine of `cal` (a calibration of another machine, e.g. one a user
+    made with `bildlab calibrate` on their GPU) beside the one measured here and the one predicted here: the counts
+    are the machine-independent mechanism, the costs the other machine's. Records of another pair than the
+    calibration's are left out."""
+    out = []
+    for r in records:
+        key = r["key"]
+        if key["pair"] != cal["key"]["pair"] or key["method"] not in PRICED:
+            continue
+        sources, enc_dec = source_lengths(key["pair"], key["task"], key["split"], key["limit"])
+        there = predict(r, cal, sources, encoder_decoder=enc_dec)
+        if there["predicted_speedup"] is None:
+            continue
+        s = r["summary"]
+        out.append({"key": key, "pair": key["pair"], "split": key["split"], "method": key["method"],
+                    "draft": key.get("draft", "small"),
+                    "measured here": s["speedup"], "measured here ci": s["speedup_ci"],
+                    "predicted here": s.get("predicted_speedup"),
+                    "predicted there": there["predicted_speedup"], "predicted there ci": there["predicted_speedup_ci"]})
+    return out

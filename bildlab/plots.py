@@ -130,3 +130,50 @@ def lines(x: list[float], series: dict[str, list[float]], *, xlabel: str, ylabel
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return _finish(ax, fig, title)
+
+
+def measured_predicted(series: dict[str, list[tuple]], *, tolerance: float, title: str = "", ax=None):
+    """Measured speedup (y) against predicted (x), both with 95% intervals, one colour per series (e.g. a pair);
+    each point is (predicted, predicted_ci, measured, measured_ci). The diagonal and a band of +-`tolerance`."""
+    fig, ax = _figure() if ax is None else (ax.figure, ax)
+    lo, hi = 1.0, 1.0
+    for color, (name, pts) in zip(COLORS, series.items()):
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[2] for p in pts]
+        ax.errorbar(xs, ys, xerr=_errors(xs, [p[1] for p in pts]), yerr=_errors(ys, [p[3] for p in pts]), fmt="o",
+                    ms=3, color=color, ecolor=color, elinewidth=0.5, capsize=0, alpha=0.6,
+                    label=f"{name} ({len(pts)})")
+        lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+    grid = [lo * 0.95, hi * 1.05]
+    ax.plot(grid, grid, color="black", lw=0.6, label="measured = predicted")
+    ax.fill_between(grid, [g * (1 - tolerance) for g in grid], [g * (1 + tolerance) for g in grid], color="grey",
+                    alpha=0.2, lw=0, label=f"within ±{tolerance:.0%}")
+    ax.set_xlabel("predicted speedup (exact counts x calibrated costs)")
+    ax.set_ylabel("measured speedup (x)")
+    return _finish(ax, fig, title)
+
+
+def against_cost_ratio(cs: list[float], curves: dict[str, list[float]], marks: dict[str, tuple], *, title: str = "",
+                       ax=None):
+    """Predicted speedup against the cost ratio c, one line per policy (its counts fixed); `marks` ({policy: (c,
+    measured speedup, machine)}) puts each calibrated machine's c on the line (a ring) and the speedup measured there
+    beside it (a diamond)."""
+    import numpy as np
+
+    fig, ax = _figure() if ax is None else (ax.figure, ax)
+    labelled = set()
+    for color, (name, ys) in zip(COLORS, curves.items()):
+        ax.plot(cs, ys, color=color, lw=1.2, label=name)
+        if name in marks:
+            c, measured, machine = marks[name]
+            first = machine not in labelled
+            labelled.add(machine)
+            ax.scatter([c], [float(np.interp(c, cs, ys))], s=45, facecolors="none", edgecolors=color, linewidths=1.0,
+                       zorder=3, label=f"predicted at the c of {machine}" if first else None)
+            ax.scatter([c], [measured], marker="D", s=28, color=color, edgecolors="black", linewidths=0.6, zorder=3,
+                       label=f"measured on {machine}" if first else None)
+    ax.axhline(1.0, color="black", lw=0.6)
+    ax.set_xlabel("cost ratio c (draft step / large one-token pass)")
+    ax.set_ylabel("speedup over the vanilla large model (x)")
+    return _finish(ax, fig, title)

@@ -1,0 +1,102 @@
+"""Speedups explained by measured costs (notebooks/rq2_policies.ipynb, its second section): every committed record's
+measured speedup against the one its exact call counts predict on a calibration of the machine (`costs`), and the
+chosen policies' speedups against the cost ratio c (the counts fixed, the costs varied), with the calibrated machines
+marked: what the same policy would give on a machine whose draft costs c of a large pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import costs, plots
+from ..registry import Registry
+from .common import Result, _frame, _policy
+
+CS = tuple(np.round(np.linspace(0.02, 1.0, 50), 3))  # the cost ratios the curves are drawn at
+
+
+def _label(record: dict) -> str:
+    k = record["key"]
+    return f"{k['pair']} {k['split']} {k['method']} ({_policy(record)}, {k.get('draft', 'small')})"
+
+
+def explained(registry, chosen: list[dict], *, figures="figures", tolerance: float = costs.TOLERANCE) -> Result:
+    """Measured against predicted for every priced record of `registry` (a path or a Registry), per pair: how many
+    lie within `tolerance` (the ratio's point) and the spread of the ratio; and for the `chosen` records (e.g. RQ2's
+    policies on test), the predicted speedup against c on this pair's calibration, each calibrated machine's c marked.
+    """
+    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    records = [r for r in reg.records() if r["summary"].get("measured_over_predicted") is not None]
+    cals = {c["key"]["pair"]: c for c in sorted(reg.calibrations(), key=lambda c: c["made"])}  # the newest per pair
+    rows = []
+    for pair in sorted({r["key"]["pair"] for r in records}):
+        ratios = np.array([r["summary"]["measured_over_predicted"] for r in records if r["key"]["pair"] == pair])
+        within = int((np.abs(ratios - 1) <= tolerance).sum())
+        cal = next(r["calibration"] for r in records if r["key"]["pair"] == pair)
+        rows.append({"pair": pair, "records priced": len(ratios), f"within ±{tolerance:.0%}": within,
+                     "share within": round(within / len(ratios), 3),
+                     "measured / predicted: median [min, max]": f"{np.median(ratios):.3f} [{ratios.min():.3f}, "
+                                                                 f"{ratios.max():.3f}]",
+                     "calibration": f"{cal.get('processor')}, {cal.get('threads')} thread(s), {cal.get('made')}"})
+    fig, (ax1, ax2) = plots.panels(2, 6.4, 4.2)
+    by_pair: dict[str, list[dict]] = {}
+    for r in records:
+        by_pair.setdefault(r["key"]["pair"], []).append(r)
+    plots.measured_predicted({p: [(r["summary"]["predicted_speedup"], r["summary"]["predicted_speedup_ci"],
+                                   r["summary"]["speedup"], r["summary"]["speedup_ci"]) for r in rs]
+                              for p, rs in sorted(by_pair.items())}, tolerance=tolerance, ax=ax1,
+                             title=f"every priced record: measured against predicted (N = {len(records)} records)")
+    curves, marks = {}, {}
+    for r in chosen:
+        cal = cals.get(r["key"]["pair"])
+        if cal is None or r["summary"].get("predicted_speedup") is None:
+            continue
+        sources, enc_dec = costs.source_lengths(r["key"]["pair"], r["key"]["task"], r["key"]["split"],
+                                                r["key"]["limit"])
+        draft = r["key"].get("draft", "small")
+        curve = [costs.predict(r, costs.with_cost_ratio(cal, c, draft), sources, encoder_decoder=enc_dec)
+                 ["predicted_speedup"] for c in CS]
+        curves[_label(r)] = curve
+        marks[_label(r)] = (costs.cost_ratio(cal, draft), r["summary"]["speedup"], cal["key"]["processor"])
+    plots.against_cost_ratio(list(CS), curves, marks, ax=ax2,
+                             title="chosen policies: predicted speedup against c (their counts, other costs)")
+    fig.tight_layout()
+    plots.save(fig, "rq2_costs", figures)
+    n, inside = len(records), sum(bool(costs.explained(r, tolerance)) for r in records)
+    answer = (f"Of {n} records priced by a calibration of the machine, {inside} ({inside / max(n, 1):.0%}) have a "
+              f"measured speedup within ±{tolerance:.0%} of the one their exact call counts predict"
+              + "".join(f"; {row['pair']}: {row[f'within ±{tolerance:.0%}']} of {row['records priced']} "
+                        f"(measured / predicted {row['measured / predicted: median [min, max]']})" for row in rows)
+              + ". " + "; ".join(f"{name}: measured {m[1]:.2f}x at this machine's c = {m[0]:.3f}, predicted "
+                                 f"{_at(CS, curves[name], 0.1):.2f}x at c = 0.1 and {_at(CS, curves[name], 0.5):.2f}x "
+                                 f"at c = 0.5" for name, m in marks.items()) + ".")
+    headline = {"records": n, "within": inside, "tolerance": tolerance,
+                "per_pair": {row["pair"]: [row[f"within ±{tolerance:.0%}"], row["records priced"]] for row in rows}}
+    return Result("speedups explained by measured costs", _frame(rows), fig, answer, headline, records)
+
+
+def _at(xs, ys, x: float) -> float:
+    return float(np.interp(x, xs, ys))
+
+
+def elsewhere(registry, calibration, records: list[dict] | None = None):
+    """A table of every priced record's speedup on another machine: `calibration` is a calibration record (a dict,
+    or the path of its JSON file, e.g. copied from that machine's registry `.calibrations/` after `bildlab
+    calibrate`); `records` default to every record of `registry` of the calibration's pair. Measured here, predicted
+    here, predicted there (with its 95% interval)."""
+    import json
+    from pathlib import Path
+
+    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    cal = json.loads(Path(calibration).read_text()) if isinstance(calibration, (str, Path)) else calibration
+    if not isinstance(cal, dict) or "costs" not in cal or "key" not in cal:
+        raise ValueError(f"calibration must be a calibration record (a dict with 'key' and 'costs', or its JSON "
+                         f"file); got {calibration!r}")
+    rows = costs.elsewhere(records if records is not None else reg.records(), cal)
+    where = f"{cal['key'].get('device_name')} / {cal['key'].get('processor')}"
+    return _frame([{"pair": r["pair"], "split": r["split"], "method": r["method"], "draft": r["draft"],
+                    "policy": _policy({"key": r["key"]}),
+                    "measured here": f"{r['measured here']:.2f}x [{r['measured here ci'][0]:.2f}, "
+                                     f"{r['measured here ci'][1]:.2f}]",
+                    "predicted here": r["predicted here"],
+                    f"predicted on {where}": f"{r['predicted there']:.2f}x [{r['predicted there ci'][0]:.2f}, "
+                                             f"{r['predicted there ci'][1]:.2f}]"} for r in rows])
