@@ -84,6 +84,12 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                 parse(params[name])
             except ValueError as e:
                 raise ParameterError(str(e)) from None
+        elif name == "other_calibration" and params[name] is not None:
+            from pathlib import Path
+
+            if not isinstance(params[name], str) or not Path(params[name]).is_file():
+                raise ParameterError(f"other_calibration must be None or the path of a calibration file (bildlab "
+                                     f"calibrate on that machine: its registry's .calibrations/); got {params[name]!r}")
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":
