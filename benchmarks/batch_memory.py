@@ -25,10 +25,7 @@ from bildlab.batch import generate_batch
 
 
 def build(name: str, device) -> tf.PreTrainedModel:
-    config = (tf.MT5Config if name.startswith("mt5") else tf.T5Config)(**models.PAPER_CONFIGS[name],
-                                                                       **models.PAPER_CONFIG_COMMON)
-    with torch.device(device):
-        return tf.T5ForConditionalGeneration(config).eval()
+    return models.random_model(name, device)
 
 
 def resident() -> int:

@@ -52,26 +52,15 @@ KS = (1, 3, 7)  # draft lengths whose verification (k + 1 tokens) is measured
 
 
 def build(name: str, repo_dir: Path | None, rows: int, device, dtype, seed: int):
-    """A random-weight model with the checkpoint's configuration (the mirror's config.json if given), its vocabulary
-    cut to the tokenizer's `rows` as load_pair does."""
-    torch.manual_seed(seed)
-    untied = name.startswith("mt5")
-    if repo_dir is not None:
-        config = tf.AutoConfig.from_pretrained(repo_dir)
-        untied = json.loads((repo_dir / "config.json").read_text()).get("tie_word_embeddings", True) is False
-        source = str(repo_dir)
-    else:
-        config = (tf.MT5Config if untied else tf.T5Config)(**CONFIGS[name], **COMMON)
-        source = "configs in benchmarks/paper_size.py"
-    cls = tf.MT5ForConditionalGeneration if config.model_type == "mt5" else tf.T5ForConditionalGeneration
-    with torch.device(device):
-        model = cls(config).to(dtype).eval()
-        if untied:  # its own output layer, as the checkpoint has it
-            model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight) * 0.05)
-    models.cut_vocabulary(model, rows, name)
-    params = sum(p.numel() for p in model.parameters())
-    return model, {"config": source, "parameters": params, "untied_output_layer": untied,
-                   "vocabulary_rows": rows, "d_model": config.d_model, "layers": config.num_layers}
+    """A random-weight model with the checkpoint's configuration (`models.random_model`; the mirror's config.json if
+    given), and what it is."""
+    model = models.random_model(name, device, rows=rows, seed=seed, dtype=dtype, config_dir=repo_dir)
+    config = model.config
+    return model, {"config": str(repo_dir) if repo_dir else "configs in bildlab/models.py (PAPER_CONFIGS)",
+                   "parameters": sum(p.numel() for p in model.parameters()),
+                   "untied_output_layer": model.get_output_embeddings().weight is not model.get_input_embeddings().weight,
+                   "vocabulary_rows": rows,
+                   "d_model": config.d_model, "layers": config.num_layers}
 
 
 def runners(tag: str, model, source: torch.Tensor, verify: tuple[int, ...]) -> dict:

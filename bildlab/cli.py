@@ -131,6 +131,73 @@ def _registry(args) -> int:
     return 0
 
 
+CALIBRATE_PARAMS = ("device", "threads", "n", "batch_n", "batch_sizes", "max_new_tokens", "lengths", "ms", "prefixes",
+                    "random_weights", "warmup")
+
+
+def _calibrate(args) -> int:
+    import yaml
+
+    from . import runner
+    from .calibrate import calibrate
+    from .models import PAPER_PAIRS, TOY_PAIRS
+    from .params import ParameterError
+
+    kwargs = {}
+    for name, value in args.param or []:
+        if name not in CALIBRATE_PARAMS:
+            raise ParameterError(f"-p {name}: unknown; bildlab calibrate takes {', '.join(CALIBRATE_PARAMS)}")
+        try:
+            kwargs[name] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ParameterError(f"-p {name}: {value!r} is not a YAML value") from None
+    pairs = args.pair or list(PAPER_PAIRS if args.profile == "paper" else TOY_PAIRS)
+    if args.registry is None:
+        runner.use_root(runner.find_root(args.root))
+        args.registry = str(runner.ROOT / "results" / args.profile)
+    kwargs.setdefault("device", "cuda" if args.profile == "paper" and _cuda() else "cpu")
+    for pair in pairs:
+        try:
+            cal = calibrate(pair, registry=args.registry, progress=not args.quiet, **kwargs)
+        except (ValueError, TypeError) as e:
+            raise ParameterError(str(e)) from None
+        print(describe(cal))
+    return 0
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def describe(cal: dict) -> str:
+    """A calibration in a few lines: the machine, each cost (ms) with its interval, the batch gain, the check."""
+    k, c = cal["key"], cal["costs"]
+
+    def ms(v, ci):
+        return f"{1e3 * v:.3f} ms [{1e3 * ci[0]:.3f}, {1e3 * ci[1]:.3f}]"
+
+    lp = c["large_pass"]
+    lines = [f"calibration of {k['pair']} on {k['device_name']} ({k['processor']}), {k['threads']} thread(s), "
+             f"{cal['weights']} weights, {cal['seconds']:.0f} s: {cal['made']}"]
+    for j, p in enumerate(lp["prefix"]):
+        cells = ", ".join(f"m={m}: {1e3 * s:.3f}" for m, s in zip(lp["m"], lp["seconds"][j]))
+        lines.append(f"  large pass over m tokens after {p} cached (ms): {cells}")
+    lines.append(f"  large one-token pass: {ms(lp['seconds'][0][0], lp['ci'][0][0])}")
+    for name, s in [("small", c["small_step"]), *c["drafts"].items()]:
+        lines.append(f"  {name} draft step: {ms(s['seconds'][0], s['ci'][0])}; c = "
+                     f"{s['seconds'][0] / lp['seconds'][0][0]:.3f}")
+    v = c["vanilla_decode"]
+    lines.append(f"  vanilla decode: {ms(v['seconds'], v['ci'])} for {v['tokens']:.1f} tokens (N = {v['n']})")
+    g = c["batch_gain"]
+    lines.append("  batch gain: " + ", ".join(f"{gain:.1f}x [{ci[0]:.1f}, {ci[1]:.1f}] at {b} rows"
+                                              for b, gain, ci in zip(g["batch_sizes"], g["gain"], g["ci"]))
+                 + f"; batched = batch-1 outputs: {cal['batched_identical']['identical']}/"
+                   f"{cal['batched_identical']['n']}")
+    return "\n".join(lines)
+
+
 def _check_machine(profile: str, notebooks: list[str] | None, extra: dict) -> None:
     """check_params' device check, before the imports that take most of a failing run's time (papermill and
     transformers, about 10 s on 2 cores): the device and executor each chosen notebook gets from the profile, the
@@ -200,6 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--recompute", action="store_true",
                        help="recompute the records that other library versions made (default: replay them)")
     study.set_defaults(run=_study, parser=study)
+    cal = sub.add_parser("calibrate", help="measure what each decoding call costs on this machine (a calibration "
+                                           "record in the registry: the plan and the records' predictions use it)")
+    cal.add_argument("--pair", action="append", help="a pair (repeatable; default every pair of the profile)")
+    cal.add_argument("--profile", default="toy", choices=("toy", "paper"),
+                     help="toy: the toy pairs on this CPU; paper: the paper's pairs (on a GPU when there is one; "
+                          "random weights at the checkpoints' sizes where the checkpoints cannot be read)")
+    cal.add_argument("--registry", default=None, help="registry folder (default results/<profile> of the study)")
+    cal.add_argument("--root", default=None, metavar="CHECKOUT", help="the study checkout (as for bildlab study)")
+    cal.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                     help=f"a calibration parameter (YAML value): {', '.join(CALIBRATE_PARAMS)}")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    cal.set_defaults(run=_calibrate)
     registry = sub.add_parser("registry", help="look after a results registry")
     registry.add_argument("root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)")
     what = registry.add_mutually_exclusive_group(required=True)

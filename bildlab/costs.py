@@ -5,13 +5,15 @@
 
 The cost model (one decode at batch 1, the calls `decoding.generate` makes):
 
-    vanilla   encoder(L) + T * pass(1)
+    vanilla   encoder(L) + T * greedy step
     policy    encoder(L) [+ the draft's encoder(L)] + C * pass(1) + D * slope + S * step
 
-with L the source length, T the vanilla output's tokens, C the large model's calls, D the drafted tokens (each call
-feeds the large model's last token and the draft after it: pass(m + 1) ~ pass(1) + m * slope, the least-squares line
-through the calibrated pass(m)), S the draft model's calls, and every per-call cost read at the decode's mean prefix
-length (interpolated between the calibrated prefixes). A decoder-only model's first call is its prefill over the
+with L the source length, T the vanilla output's tokens (a greedy step: the large model's one-token steps back to
+back), C the large model's calls, D the drafted tokens (each call feeds the large model's last token and the draft
+after it, as the loop does after drafting: pass(m + 1) ~ pass(1) + m * slope, the least-squares line through the
+calibrated pass(m)), S the draft model's calls (its steps inside a draft), and every per-call cost read at the
+decode's mean prefix length (interpolated between the calibrated prefixes). The small model alone is priced by its
+own greedy step. A decoder-only model's first call is its prefill over the
 prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. Left out: the loop's own host
 work (argmax, the confidence read, n-gram search for prompt lookup, sampling), cache growth beyond the calibrated
 prefixes, and a machine's drift between the calibration and the timing.
@@ -61,6 +63,15 @@ def large_pass(cal: dict, prefix: float) -> tuple[float, float]:
     return one, max(_line(lp["m"], per_m)[1], 0.0)
 
 
+def greedy_step(cal: dict, model: str, prefix: float) -> float:
+    """Seconds of a one-token step of `model` ('large' or 'small') in a greedy loop (steps back to back); a
+    calibration without them prices it as the large model's one-token pass or the draft's step."""
+    g = (cal["costs"].get("greedy_step") or {}).get(model)
+    if g is None:
+        return large_pass(cal, prefix)[0] if model == "large" else draft_step(cal, "small", prefix)
+    return _at(g["prefix"], g["seconds"], prefix)
+
+
 def draft_step(cal: dict, draft: str, prefix: float) -> float:
     """Seconds of the draft's one-token step ('small', or a draft in the calibration's `drafts`)."""
     c = cal["costs"]
@@ -80,7 +91,7 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
     prefix = (source if decoder_only else 1) + tokens / 2  # the mean cached length over the decode
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
-        one = draft_step(cal, draft, prefix) if model == "small" else large_pass(cal, prefix)[0]
+        one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
         return encoder(cal, model, source) + max(calls - decoder_only, 0) * one
     one, slope = large_pass(cal, prefix)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from . import distributed, records, shard, tasks, timing
+from . import calibrate, distributed, records, shard, tasks, timing
 from . import memory as mem
 from .benchmark import _transformers_version
 from .decoding import check_policy
@@ -397,9 +397,12 @@ def _run(s: Lookup, progress) -> list[dict]:
     finally:
         if reg is not None and len(done) < len(timed) and done:
             reg.save_partial(sweep_key, done)  # interrupted: keep what finished
-    # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used)
+    # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used);
+    # priced by the calibration of the machine the examples were timed on, where the registry has one
+    where = next(iter(done.values())).get("machine") if done else None
+    cal = calibrate.for_machine(reg, pair, spec["device"], spec["threads"], where) if reg is not None else None
     made = records.build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
-                                 sweep=digest(sweep_key), batched=batched, layouts=layouts)
+                                 sweep=digest(sweep_key), batched=batched, layouts=layouts, calibration=cal)
     if reg is not None:
         for key, record in zip(keys, made):
             reg.put(key, record)

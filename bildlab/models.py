@@ -293,3 +293,38 @@ def read_card() -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"zoo card missing at {path}; rebuild the zoo with `{REBUILD}`")
     return json.loads(path.read_text())
+
+
+def random_model(name: str, device="cpu", *, rows: int | None = None, seed: int = 0, dtype=torch.float32,
+                 config_dir: Path | None = None):
+    """A random-weight model with a paper checkpoint's configuration (`PAPER_CONFIGS`: 't5-large', 'mt5-small', ...;
+    or the config.json in `config_dir`, e.g. a mirror's), in eval mode on `device`; mT5 with its own output layer as
+    the checkpoint has it; the vocabulary cut to the tokenizer's `rows` as `load_pair` does (None: not cut). What
+    costs and memory are measured on where the checkpoints cannot be read: a call's cost does not depend on weights."""
+    import transformers as tf
+
+    if name not in PAPER_CONFIGS:
+        raise ValueError(f"name must be one of {', '.join(PAPER_CONFIGS)}; got {name!r}")
+    torch.manual_seed(seed)
+    untied = name.startswith("mt5")
+    if config_dir is not None:
+        config = tf.AutoConfig.from_pretrained(config_dir)
+        untied = json.loads((Path(config_dir) / "config.json").read_text()).get("tie_word_embeddings", True) is False
+    else:
+        config = (tf.MT5Config if untied else tf.T5Config)(**PAPER_CONFIGS[name], **PAPER_CONFIG_COMMON)
+    cls = tf.MT5ForConditionalGeneration if config.model_type == "mt5" else tf.T5ForConditionalGeneration
+    with torch.device(device):
+        model = cls(config).to(dtype).eval()
+        if untied:  # its own output layer
+            model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight) * 0.05)
+    if rows is not None:
+        cut_vocabulary(model, rows, name)
+    return model
+
+
+def random_pair(pair: str, device="cpu"):
+    """A paper pair's large and small model with random weights at the checkpoints' sizes (`random_model`)."""
+    if pair not in PAPER_GEOMETRY:
+        raise ValueError(f"pair must be a paper pair ({', '.join(PAPER_GEOMETRY)}); got {pair!r}")
+    large, small, rows = PAPER_GEOMETRY[pair]
+    return (random_model(large, device, rows=rows, seed=0), random_model(small, device, rows=rows, seed=1))

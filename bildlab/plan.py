@@ -19,6 +19,8 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+import torch
+
 from . import distributed, runner, shard, study
 from . import evaluate as ev
 from . import memory as mem
@@ -82,10 +84,11 @@ class Planner:
         self._counted.update(digest(found.keys[i]) for i in found.todo)
         n, runners, timed = found.examples(), len(found.runners()), len(found.timed())
         batched, units = 0, 0.0  # outputs computed in batches, and their cost in vanilla batched outputs
+        prices = _prices(pair, found)
         if found.todo and found.run["timing_limit"] is not None:
             spec = {"pair": pair, "task": found.task, "split": found.split, "limit": found.limit, "zoo": "",
                     "device": found.run["device"], "max_new_tokens": found.run["max_new_tokens"]}
-            c = COST_RATIO[found.task]
+            c = prices["c"]
             for e in [{"method": "greedy", "draft": "small"}] + [found.entries[i] for i in found.todo]:
                 key = shard.output_key(spec, e, None, found.run["batch_size"])
                 if key not in self.outputs:
@@ -94,7 +97,7 @@ class Planner:
                     units += n * {"greedy": 1.0, "prompt-lookup": 1.0, "small": c}.get(e["method"], 1 + c)
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
-                            "timed": timed, "outputs": batched, "output_units": units,
+                            "timed": timed, "outputs": batched, "output_units": units, "prices": prices,
                             **(_memory(pair, found) if found.run["timing_limit"] is not None else {})})
         metric = task_metric(found.task)
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
@@ -154,9 +157,9 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
         parts = {u: dict.fromkeys(PARTS, 0.0) for u in UNITS}
         spread = {u: dict.fromkeys(DEVICES, 0.0) for u in UNITS}
         for s in sweeps:
-            unit, seconds = "gpu" if s["task"] in PAPER_TASKS else "cpu", SECONDS_PER_DECODE[s["task"]]
+            unit, seconds = "gpu" if s["task"] in PAPER_TASKS else "cpu", s["prices"]["seconds"]
             timing = s["decodes"] * seconds / 3600  # batch-1 decodes of the timed examples
-            outputs = s["output_units"] / BATCH_GAIN * seconds / 3600  # outputs in batches
+            outputs = s["output_units"] / s["prices"]["gain"] * seconds / 3600  # outputs in batches
             parts[unit]["timing"] += timing
             parts[unit]["outputs"] += outputs
             for d in DEVICES:
@@ -168,6 +171,34 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
                    hours={u: round(sum(p.values()), 2) for u, p in parts.items()},
                    devices={u: {d: round(h, 2) for d, h in p.items()} for u, p in spread.items()})
     return rows
+
+
+def _prices(pair: str, found: ev.Lookup) -> dict:
+    """What a sweep's decodes cost: from the calibration of this device for the pair in the sweep's registry
+    (`bildlab calibrate`: a vanilla decode's seconds, c, the batch gain at the sweep's batch size) where there is
+    one, else the stated constants above; `source` says which."""
+    from . import calibrate, costs
+
+    run, cal = found.run, None
+    if found.registry is not None and (torch.device(run["device"]).type == "cpu" or torch.cuda.is_available()):
+        cal = calibrate.for_machine(found.registry, pair, run["device"], run["threads"])
+    if cal is None:
+        return {"seconds": SECONDS_PER_DECODE[found.task], "c": COST_RATIO[found.task], "gain": BATCH_GAIN,
+                "source": None}
+    g = cal["costs"]["batch_gain"]
+    at = max([j for j, b in enumerate(g["batch_sizes"]) if b <= run["batch_size"]] or [0])
+    return {"seconds": cal["costs"]["vanilla_decode"]["seconds"], "c": costs.cost_ratio(cal), "gain": g["gain"][at],
+            "source": f"calibration {cal['key']['device_name']} ({cal['key']['processor']}), {cal['made']}"}
+
+
+def costs_line(rows: list[dict]) -> str:
+    """The plan's first line: where its costs come from."""
+    sources = sorted({s["prices"]["source"] or "" for r in rows for s in r["sweeps_detail"]})
+    calibrated = [x for x in sources if x]
+    if not calibrated:
+        return "costs: stated constants; no calibration of this device (bildlab calibrate)"
+    line = "costs: " + "; ".join(calibrated)
+    return line + ("; stated constants for the pairs without one (bildlab calibrate)" if "" in sources else "")
 
 
 def _memory(pair: str, found: ev.Lookup) -> dict:
@@ -258,7 +289,7 @@ def format_plan(rows: list[dict], profile: str) -> str:
     def hours(parts: dict, hrs: dict) -> str:
         return "".join(f"{hrs[u] if part == 'all' else parts[u][part]:>16.2f}" for u, part in cols)
 
-    lines = [f"{'notebook':<24} {'sweeps':>6} {'decodes (batch 1)':>18} {'outputs (batched)':>18}"
+    lines = [costs_line(rows), f"{'notebook':<24} {'sweeps':>6} {'decodes (batch 1)':>18} {'outputs (batched)':>18}"
              + "".join(f"{head[u] + ' ' + part.replace('outputs', 'output'):>16}" for u, part in cols)]
     for r in rows:
         lines.append(f"{r['notebook']:<24} {r['sweeps']:>6} {r['decodes']:>18,} {r['outputs']:>18,}"

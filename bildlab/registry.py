@@ -30,6 +30,7 @@ LIBRARIES = ("torch", "transformers", "tokenizers")  # whose releases a record's
 OLD_KEY_FIELDS = ("bildlab", "torch", "transformers")  # versions that keys held before they became provenance
 # Per-example fields of a sweep's vanilla runs (the large model alone, transformers' generate): the same in every
 # record of the sweep, so stored once, in <root>/.sweeps/<sweep>.json
+CALIBRATIONS = ".calibrations"  # the machine's calibrations (`calibrate`), one file each, beside the records
 SHARED = ("baseline_output", "baseline_tokens", "baseline_seconds", "baseline_truncated", "hf_seconds", "hf_identical")
 OUTPUTS = ("output", "baseline_output")  # columns of outputs, each stored once by its content in <root>/.outputs/
 
@@ -249,7 +250,8 @@ class Registry:
 
     def files(self) -> list[Path]:
         """The record files (not the sweeps' shared columns, not the outputs' files, not checkpoints)."""
-        return [p for p in sorted(self.root.rglob("*.json")) if not {".partial", ".sweeps", ".outputs"} & set(p.parts)]
+        return [p for p in sorted(self.root.rglob("*.json"))
+                if not {".partial", ".sweeps", ".outputs", CALIBRATIONS} & set(p.parts)]
 
     def sweep_files(self) -> list[Path]:
         return sorted((self.root / ".sweeps").glob("*.json"))
@@ -350,6 +352,27 @@ class Registry:
         return moved
 
     # -- checkpoints of sweeps in progress: {"index": row} of the finished examples
+
+    def put_calibration(self, record: dict) -> Path:
+        """Write a calibration record (`calibrate`) whole, under .calibrations/<pair>-<digest of its key>.json."""
+        path = self.root / CALIBRATIONS / f"{record['key']['pair']}-{digest(record['key'])}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+        return path
+
+    def calibrations(self) -> list[dict]:
+        """Every calibration record of this registry (a file that cannot be read is reported and skipped)."""
+        out = []
+        for path in sorted((self.root / CALIBRATIONS).glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+                record["key"]["pair"], record["costs"]["large_pass"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                warnings.warn(f"corrupt calibration {path} ({e}); skipped", stacklevel=2)
+                continue
+            out.append(record)
+        return out
 
     def _partial(self, sweep_key: dict) -> Path:
         return self.root / ".partial" / f"{digest(sweep_key)}.json"

@@ -70,11 +70,26 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
 
 
 def machine(device: str) -> dict:
-    """Where a shard was timed (speedups are compared only within one device)."""
+    """Where a shard was timed (speedups are compared only within one device): the host, its CPU model as the OS
+    reports it, its cores and the device."""
     cuda = str(device).startswith("cuda")
-    return {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(), "device": str(device),
+    return {"host": platform.node(), "platform": platform.platform(), "processor": processor(),
+            "cpus": os.cpu_count(), "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
             "device_uuid": str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None if cuda else None}
+
+
+@lru_cache(maxsize=1)
+def processor() -> str:
+    """The CPU model as the OS reports it (Linux: /proc/cpuinfo's 'model name'; else platform.processor())."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _result(out) -> tuple[list[int], dict]:

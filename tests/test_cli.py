@@ -149,7 +149,9 @@ def test_the_study_is_found_up_from_here_by_root_and_by_the_environment(no_study
 
 def test_the_plan_reads_the_study_it_is_pointed_at(no_study, capsys):
     assert main(["study", "--plan", "--root", str(CHECKOUT), "--notebook", "rq1_small_writes_most"]) == 0
-    row = capsys.readouterr().out.splitlines()[1].split()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("costs: ")  # where the plan's costs come from
+    row = lines[2].split()
     assert row[0] == "rq1_small_writes_most" and int(row[1]) > 0  # its sweeps (the committed ones: 0 decodes to run)
     with pytest.raises(SystemExit) as e:
         main(["study", "--root", str(CHECKOUT), "--notebook", "rq9"])

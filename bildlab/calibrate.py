@@ -1,0 +1,273 @@
+"""A calibration of the machine: what each call that decoding makes costs here, for one pair, under the one timing
+protocol (`timing.interleave`: warm-up excluded, a fixed thread count, rotating order, CUDA sync).
+
+    cal = calibrate("toy-mt", registry="results/toy")      # also `bildlab calibrate --pair toy-mt`
+    cal["costs"]["large_pass"]                             # the large model's pass over m tokens, per prefix
+
+Measured through the loop's own code path (`views.View`: the same forward, cache and crop), on a sample of the
+pair's validation inputs (random inputs of `lengths` tokens for a pair built with random weights):
+
+- `encoder`: the large and the small model's encoder per input length (a decoder-only model's prefill);
+- `large_pass`: the large model's pass over m new tokens, m = 1 ... max(max_small_steps, k) + 1 of the study's
+  policies, after `prefixes` cached positions (then cropped back, as a rollback does);
+- `small_step` and `drafts`: each draft's one-token step (the small model, the aligned one, the early exit);
+- `vanilla_decode`: a whole batch-1 greedy decode of the large model;
+- `batch_gain`: batch-1 seconds over batched seconds per output (`generate_batch`) at the study's batch sizes, with
+  `batched_identical`, the batched outputs that equal the batch-1 ones on this device (counted).
+
+Each cost is the mean over the sampled inputs with its 95% bootstrap interval. The record lives in the registry's
+`.calibrations/`, keyed by the pair and the machine (device type and name, CPU model, threads, protocol); library
+versions are provenance. `for_machine` finds the newest one of this machine.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+import torch
+
+from . import shard, timing
+from .intervals import interval, mean
+from .models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
+from .registry import Registry, versions
+
+MS = tuple(range(1, 12))  # pass sizes: BiLD's max_small_steps (10) + 1 and speculative k (<= 8) + 1
+PREFIXES = (0, 16, 48)
+GREEDY_STEPS = 8  # one-token steps back to back, as a greedy loop makes them  # cached output positions before the timed call (a decoder-only model's prompt comes first)
+TOY_BATCH_SIZES = (64, 256)
+
+
+def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens) -> None:
+    from .models import PAIRS
+
+    if pair not in PAIRS:
+        raise ValueError(f"pair must be one of {', '.join(PAIRS)}; got {pair!r}")
+    if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:i]'; got {device!r}")
+    timing.check(threads, 1, 0)
+    for name, v in (("n", n), ("batch_n", batch_n), ("max_new_tokens", max_new_tokens)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+    for name, vs, low in (("ms", ms, 1), ("prefixes", prefixes, 0), ("batch_sizes", batch_sizes, 1)):
+        if not vs or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in vs):
+            raise ValueError(f"{name} must be a non-empty list of integers >= {low}; got {vs!r}")
+    if 1 not in ms or max(ms) < 2:
+        raise ValueError(f"ms must include 1 (the one-token pass every price starts from) and a larger m (a draft "
+                         f"step comes before it); got {ms!r}")
+
+
+def _models(pair: str, device: str, random_weights: bool) -> tuple[dict, object]:
+    """{draft name: (large, draft)} for every draft the pair has, and its tokenizer-side Pair (None when random)."""
+    if random_weights:
+        from .models import random_pair
+
+        large, small = random_pair(pair, device)
+        return {"small": (large, small)}, None
+    out, first = {}, None
+    for draft in DRAFTS:
+        if draft == "aligned" and pair in TOY_PAIRS and TOY_PAIRS[pair][2] is None:
+            continue
+        if draft == "early-exit" and (pair not in TOY_PAIRS or TOY_PAIRS[pair][0].startswith("llama")):
+            continue  # the early exit is trained into the toy T5 only (RQ4)
+        p = shard.load(pair, draft, device, str(zoo_dir()))
+        first = first or p
+        out[draft] = (p.large, p.small)
+    return out, first
+
+
+def _inputs(pair, p, n, lengths, device, vocab: int) -> list[torch.Tensor]:
+    if p is not None:
+        return p.inputs("validation", limit=n)
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(3, vocab, (1, lengths[i % len(lengths)]), generator=g).to(device) for i in range(n)]
+
+
+def _seq(view, x: torch.Tensor, length: int) -> tuple[torch.Tensor, int]:
+    """A sequence buffer as the loop builds it (the decoder start, or the prompt) with `length` filler positions
+    after it, and where the output starts."""
+    from .decoding import _decoder_start
+
+    start = (torch.tensor([[_decoder_start(view.model)]], device=x.device) if view.encoder_decoder else x)
+    seq = torch.full((1, start.shape[1] + length), 5, dtype=torch.long, device=x.device)
+    seq[:, : start.shape[1]] = start
+    return seq, start.shape[1]
+
+
+def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
+    """The timed calls: each runner measures its own call with `timing.clock` (the view is built and the prefix fed
+    before the clock starts) and returns its seconds in its stats."""
+    from .decoding import generate
+    from .views import EarlyExitView, View
+
+    large = models["small"][0]
+    dev = large.device
+    span = max(prefixes) + max(*ms, GREEDY_STEPS) + 1
+
+    def encoder(model):
+        def run(x, i):
+            t0 = timing.clock(dev)
+            v = View(model, x)
+            if not v.encoder_decoder:  # a decoder-only model's prefill over the prompt
+                seq, start = _seq(v, x, 1)
+                v.logits(seq, start, 1)
+            return [], {"seconds": timing.clock(dev) - t0, "length": x.shape[1]}
+        return run
+
+    def drafts(draft, model, p):
+        """The loop's pattern after `p` cached positions: for each m, m - 1 consecutive draft steps, then the large
+        model's pass over the m positions (its last token and the draft), then both cropped back (a rollback)."""
+        def run(x, i):
+            lv = View(large, x)
+            seq, start = _seq(lv, x, span)
+            lv.logits(seq, start + p, 1)  # the prompt (or the decoder start) and the prefix, untimed
+            v = EarlyExitView(model, lv) if draft == "early-exit" else View(model, x)
+            if draft != "early-exit":
+                v.logits(seq, start + p, 1)
+            steps, passes = [], []
+            for m in ms:
+                for j in range(m - 1):
+                    t0 = timing.clock(dev)
+                    v.logits(seq, start + p + j + 1, 1)
+                    steps.append(timing.clock(dev) - t0)
+                v.hand_over()
+                t0 = timing.clock(dev)
+                lv.logits(seq, start + p + m, m)
+                passes.append(timing.clock(dev) - t0)
+                lv.crop(start + p)
+                v.crop(start + p)
+            return [], {"steps": steps, "passes": passes}
+        return run
+
+    def greedy(model, p):
+        """A greedy loop's steps after `p` cached positions: GREEDY_STEPS one-token steps back to back."""
+        def run(x, i):
+            v = View(model, x)
+            seq, start = _seq(v, x, span)
+            v.logits(seq, start + p, 1)
+            steps = []
+            for j in range(GREEDY_STEPS):
+                t0 = timing.clock(dev)
+                v.logits(seq, start + p + j + 1, 1)
+                steps.append(timing.clock(dev) - t0)
+            return [], {"steps": steps}
+        return run
+
+    def decode(x, i):
+        out = generate(large, x, max_new_tokens=max_new_tokens)
+        return out.tokens, {}
+
+    runners = {"encoder large": encoder(large), "encoder small": encoder(models["small"][1]), "decode": decode}
+    for draft, (_, model) in models.items():
+        runners.update({f"draft {draft} {p}": drafts(draft, model, p) for p in prefixes})
+    for name, model in (("large", large), ("small", models["small"][1])):
+        runners.update({f"greedy {name} {p}": greedy(model, p) for p in prefixes})
+    return runners
+
+
+def _cost(values) -> tuple[float, list[float]]:
+    values = np.asarray(values, dtype=float)
+    lo, hi = interval(lambda idx: mean(values, idx), len(values))
+    return float(values.mean()), [lo, hi]
+
+
+def _steps(rows, runner, prefixes, n) -> dict:
+    cells = [_cost([np.mean(r[f"{runner} {p}"]["stats"]["steps"]) for r in rows]) for p in prefixes]
+    return {"prefix": list(prefixes), "seconds": [c[0] for c in cells], "ci": [c[1] for c in cells], "n": n}
+
+
+def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int = 16, ms=MS, prefixes=PREFIXES,
+              batch_sizes=None, batch_n: int = 64, max_new_tokens: int = 128, lengths=(64, 256, 1024),
+              random_weights: bool | None = None, warmup: int = 2, registry=None, progress: bool = False) -> dict:
+    """Calibrate this machine for `pair` (module docstring): `n` inputs for the per-call costs, `batch_n` for the
+    batch gain at `batch_sizes` (default the study's: 64 and 256 rows, at most `batch_n`). `random_weights` (default:
+    for a paper pair whose checkpoints cannot be read) builds the models from the checkpoints' configurations, fed
+    random inputs of `lengths` tokens. Written to `registry` (a path or Registry) when given; returns the record."""
+    batch_sizes = list(batch_sizes or TOY_BATCH_SIZES)
+    _check(pair, device, threads, n, list(ms), list(prefixes), batch_sizes, batch_n, max_new_tokens)
+    if random_weights is None:
+        random_weights = pair in PAPER_PAIRS and not _readable(pair)
+    t_start = time.perf_counter()
+    models, p = _models(pair, device, random_weights)
+    large = models["small"][0]
+    vocab = large.get_output_embeddings().weight.shape[0]
+    xs = _inputs(pair, p, max(n, batch_n), lengths, device, vocab)
+    runners = _runners(models, list(ms), list(prefixes), max_new_tokens)
+    rows = timing.interleave(xs[:n], {k: v for k, v in runners.items()}, warmup=min(warmup, n), threads=threads,
+                             progress="calibrating" if progress else False)
+    costs: dict = {"encoder": {}}
+    for model in ("large", "small"):
+        s = [r[f"encoder {model}"]["stats"] for r in rows]
+        costs["encoder"][model] = {"lengths": [x["length"] for x in s], "seconds": [x["seconds"] for x in s], "n": n}
+    cells = [[_cost([r[f"draft small {q}"]["stats"]["passes"][j] for r in rows]) for j in range(len(ms))]
+             for q in prefixes]
+    costs["large_pass"] = {"m": list(ms), "prefix": list(prefixes), "seconds": [[c[0] for c in row] for row in cells],
+                           "ci": [[c[1] for c in row] for row in cells], "n": n}
+    costs["small_step"] = _steps(rows, "draft small", prefixes, n)
+    costs["drafts"] = {d: _steps(rows, f"draft {d}", prefixes, n) for d in models if d != "small"}
+    costs["greedy_step"] = {m: _steps(rows, f"greedy {m}", prefixes, n) for m in ("large", "small")}
+    seconds, ci = _cost([r["decode"]["seconds"] for r in rows])
+    costs["vanilla_decode"] = {"seconds": seconds, "ci": ci, "tokens": float(np.mean([len(r["decode"]["tokens"])
+                                                                                          for r in rows])), "n": n}
+    costs["batch_gain"], identical = _batch_gain(large, xs[:batch_n], batch_sizes, max_new_tokens, threads, warmup)
+    machine = shard.machine(device)
+    key = {"kind": "calibration", "pair": pair, "device": torch.device(device).type,
+           "device_name": machine["device_name"], "processor": machine["processor"], "threads": threads,
+           "protocol": timing.settings(threads, 1, warmup)}
+    record = {"key": key, "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "versions": versions(),
+              "machine": machine, "weights": "random" if random_weights else "trained",
+              "encoder_decoder": bool(large.config.is_encoder_decoder), "costs": costs,
+              "batched_identical": identical, "seconds": round(time.perf_counter() - t_start, 1)}
+    if registry is not None:
+        (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
+    return record
+
+
+def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tuple[dict, dict]:
+    """Batch-1 decodes of `xs` (the protocol) against batched ones at each size: the gain per output, its interval
+    over the batch-1 examples, and how many batched outputs equal the batch-1 ones."""
+    from .batch import generate_batch
+    from .decoding import generate
+
+    rows = timing.interleave(xs, {"decode": lambda x, i: (generate(large, x, max_new_tokens=max_new_tokens).tokens,
+                                                          {})}, warmup=min(warmup, len(xs)), threads=threads)
+    one = np.array([r["decode"]["seconds"] for r in rows])
+    gains, cis, same, sizes = [], [], 0, sorted({min(b, len(xs)) for b in batch_sizes})
+    with timing.fixed_threads(threads), torch.inference_mode():
+        for size in sizes:
+            generate_batch(large, xs[:size], max_new_tokens=max_new_tokens, batch_size=size)  # warm-up
+            t0 = timing.clock(large.device)
+            outs = generate_batch(large, xs, max_new_tokens=max_new_tokens, batch_size=size)
+            per_output = (timing.clock(large.device) - t0) / len(xs)
+            gains.append(float(one.mean() / per_output))
+            lo, hi = interval(lambda idx: mean(one, idx) / per_output, len(one))
+            cis.append([lo, hi])
+            same += sum(o.tokens == r["decode"]["tokens"] for o, r in zip(outs, rows))
+    return ({"batch_sizes": sizes, "gain": gains, "ci": cis, "n": len(xs)},
+            {"n": len(xs) * len(sizes), "identical": int(same)})
+
+
+def _readable(pair: str) -> bool:
+    """Whether a paper pair's checkpoints can be read here (a local mirror or the hub's cache)."""
+    try:
+        from .models import load_pair
+
+        load_pair(pair)
+        return True
+    except Exception:  # no mirror, no hub: the calibration builds the models from their configurations
+        return False
+
+
+def for_machine(registry, pair: str, device: str = "cpu", threads: int | None = 1,
+                machine: dict | None = None) -> dict | None:
+    """The newest calibration of `pair` made on this machine (device type and name, CPU model, threads), or on
+    `machine` (a record's `machines` entry: where its examples were timed), or None."""
+    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    here = machine or shard.machine(device)
+    if "processor" not in here:  # timed before records named the CPU model: no calibration can be matched
+        return None
+    want = {"pair": pair, "device": torch.device(here["device"]).type, "device_name": here["device_name"],
+            "processor": here["processor"], "threads": threads}
+    found = [c for c in reg.calibrations() if all(c["key"].get(k) == v for k, v in want.items())]
+    return max(found, key=lambda c: c["made"]) if found else None
