@@ -177,15 +177,37 @@ def _steps(rows, runner, prefixes, n) -> dict:
     return {"prefix": list(prefixes), "seconds": [c[0] for c in cells], "ci": [c[1] for c in cells], "n": n}
 
 
-def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int = 16, ms=MS, prefixes=PREFIXES,
-              batch_sizes=None, batch_n: int = 64, max_new_tokens: int = 128, lengths=(64, 256, 1024),
-              random_weights: bool | None = None, warmup: int = 2, registry=None, progress: bool = False) -> dict:
+def defaults(pair: str, device: str = "cpu") -> dict:
+    """The sample a calibration measures unless told otherwise (`calibrate`'s None arguments): the toy pairs' on any
+    device; a paper pair's on a GPU (under 10 minutes for all four on one); a paper pair's on a CPU, where a decode
+    at the paper's sizes takes minutes: a small sample of the same calls."""
+    if pair in TOY_PAIRS:
+        return dict(n=16, ms=MS, prefixes=PREFIXES, batch_sizes=TOY_BATCH_SIZES, batch_n=64, max_new_tokens=128,
+                    lengths=(64,), warmup=2)
+    if str(device).startswith("cuda"):
+        return dict(n=8, ms=MS, prefixes=PREFIXES, batch_sizes=(32,), batch_n=32, max_new_tokens=127,
+                    lengths=(64, 256, 1024), warmup=1)
+    return dict(n=2, ms=MS, prefixes=(0, 16), batch_sizes=(2,), batch_n=2, max_new_tokens=8, lengths=(64,), warmup=1)
+
+
+def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int | None = None, ms=None,
+              prefixes=None, batch_sizes=None, batch_n: int | None = None, max_new_tokens: int | None = None,
+              lengths=None, random_weights: bool | None = None, warmup: int | None = None, registry=None,
+              progress: bool = False) -> dict:
     """Calibrate this machine for `pair` (module docstring): `n` inputs for the per-call costs, `batch_n` for the
-    batch gain at `batch_sizes` (default the study's: 64 and 256 rows, at most `batch_n`). `random_weights` (default:
-    for a paper pair whose checkpoints cannot be read) builds the models from the checkpoints' configurations, fed
-    random inputs of `lengths` tokens. Written to `registry` (a path or Registry) when given; returns the record."""
-    batch_sizes = list(batch_sizes or TOY_BATCH_SIZES)
-    _check(pair, device, threads, n, list(ms), list(prefixes), batch_sizes, batch_n, max_new_tokens)
+    batch gain at `batch_sizes` (at most `batch_n` rows); every None from `defaults(pair, device)`. `random_weights`
+    (default: for a paper pair whose checkpoints cannot be read) builds the models from the checkpoints'
+    configurations, fed random inputs of `lengths` tokens (their outputs run to `max_new_tokens`). Written to
+    `registry` (a path or Registry) when given; returns the record."""
+    if pair in TOY_PAIRS or pair in PAPER_PAIRS:
+        d = defaults(pair, device)
+        n, ms, prefixes, batch_n, max_new_tokens, lengths, warmup = (
+            d[k] if v is None else v for k, v in (("n", n), ("ms", ms), ("prefixes", prefixes), ("batch_n", batch_n),
+                                                  ("max_new_tokens", max_new_tokens), ("lengths", lengths),
+                                                  ("warmup", warmup)))
+        batch_sizes = d["batch_sizes"] if batch_sizes is None else batch_sizes
+    ms, prefixes, batch_sizes = list(ms or ()), list(prefixes or ()), list(batch_sizes or ())
+    _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens)
     if random_weights is None:
         random_weights = pair in PAPER_PAIRS and not _readable(pair)
     t_start = time.perf_counter()

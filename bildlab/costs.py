@@ -155,9 +155,20 @@ def pass_ratios(cal: dict, prefix: float = 16) -> dict[int, float]:
             for j, m in enumerate(lp["m"])}
 
 
-def reference(cal: dict, draft: str = "small") -> dict:
-    """What a record says of the calibration that priced it: the machine, when (its key's digest finds it), and the
-    cost ratios it priced with (c of the record's draft; the verifier's pass over m tokens in one-token passes)."""
+def timed_here(record: dict, cal: dict) -> bool | None:
+    """Were the record's examples timed on the calibrated machine (CPU model and device name)? None where its rows
+    do not name the CPU model (records timed before they did)."""
+    machines = record.get("machines") or []
+    if not machines or any("processor" not in m for m in machines):
+        return None
+    k = cal["key"]
+    return all(m["processor"] == k["processor"] and m["device_name"] == k["device_name"] for m in machines)
+
+
+def reference(cal: dict, draft: str = "small", record: dict | None = None) -> dict:
+    """What a record says of the calibration that priced it: the machine, when (its key's digest finds it), whether
+    the record was timed there (`timed_here`), and the cost ratios it priced with (c of the record's draft; the
+    verifier's pass over m tokens in one-token passes)."""
     from .registry import digest
 
     k = cal["key"]
@@ -166,7 +177,7 @@ def reference(cal: dict, draft: str = "small") -> dict:
     except ValueError:  # a draft this calibration did not measure
         c = None
     return {"digest": digest(k), "pair": k["pair"], "device_name": k["device_name"], "processor": k["processor"],
-            "threads": k["threads"], "made": cal["made"], "c": c,
+            "threads": k["threads"], "made": cal["made"], "timed_here": timed_here(record or {}, cal), "c": c,
             "pass_ratio": {str(m): r for m, r in pass_ratios(cal).items()}}
 
 
@@ -186,7 +197,7 @@ def attach(record: dict, cal: dict | None, sources: list[int], *, encoder_decode
     (`record["calibration"]`); without a calibration, both are None."""
     record["summary"].update(predict(record, cal, sources, encoder_decoder=encoder_decoder) if cal else
                              dict.fromkeys(FIELDS))
-    record["calibration"] = reference(cal, record["key"].get("draft", "small")) if cal else None
+    record["calibration"] = reference(cal, record["key"].get("draft", "small"), record) if cal else None
     return record
 
 

@@ -27,23 +27,22 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
     reg = registry if isinstance(registry, Registry) else Registry(registry)
     records = [r for r in reg.records() if r["summary"].get("measured_over_predicted") is not None]
     cals = {c["key"]["pair"]: c for c in sorted(reg.calibrations(), key=lambda c: c["made"])}  # the newest per pair
-    rows = []
-    for pair in sorted({r["key"]["pair"] for r in records}):
-        ratios = np.array([r["summary"]["measured_over_predicted"] for r in records if r["key"]["pair"] == pair])
+    rows, groups = [], {}
+    for r in records:
+        groups.setdefault((r["key"]["pair"], _where(r)), []).append(r)
+    for (pair, where), rs in sorted(groups.items()):
+        ratios = np.array([r["summary"]["measured_over_predicted"] for r in rs])
         within = int((np.abs(ratios - 1) <= tolerance).sum())
-        cal = next(r["calibration"] for r in records if r["key"]["pair"] == pair)
-        rows.append({"pair": pair, "records priced": len(ratios), f"within ±{tolerance:.0%}": within,
+        cal = rs[0]["calibration"]
+        rows.append({"pair": pair, "timed": where, "records priced": len(ratios), f"within ±{tolerance:.0%}": within,
                      "share within": round(within / len(ratios), 3),
                      "measured / predicted: median [min, max]": f"{np.median(ratios):.3f} [{ratios.min():.3f}, "
                                                                  f"{ratios.max():.3f}]",
                      "calibration": f"{cal.get('processor')}, {cal.get('threads')} thread(s), {cal.get('made')}"})
     fig, (ax1, ax2) = plots.panels(2, 6.4, 4.2)
-    by_pair: dict[str, list[dict]] = {}
-    for r in records:
-        by_pair.setdefault(r["key"]["pair"], []).append(r)
-    plots.measured_predicted({p: [(r["summary"]["predicted_speedup"], r["summary"]["predicted_speedup_ci"],
-                                   r["summary"]["speedup"], r["summary"]["speedup_ci"]) for r in rs]
-                              for p, rs in sorted(by_pair.items())}, tolerance=tolerance, ax=ax1,
+    plots.measured_predicted({f"{p}, {w}": [(r["summary"]["predicted_speedup"], r["summary"]["predicted_speedup_ci"],
+                                             r["summary"]["speedup"], r["summary"]["speedup_ci"]) for r in rs]
+                              for (p, w), rs in sorted(groups.items())}, tolerance=tolerance, ax=ax1,
                              title=f"every priced record: measured against predicted (N = {len(records)} records)")
     curves, marks = {}, {}
     for r in chosen:
@@ -62,16 +61,24 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
     fig.tight_layout()
     plots.save(fig, "rq2_costs", figures)
     n, inside = len(records), sum(bool(costs.explained(r, tolerance)) for r in records)
-    answer = (f"Of {n} records priced by a calibration of the machine, {inside} ({inside / max(n, 1):.0%}) have a "
-              f"measured speedup within ±{tolerance:.0%} of the one their exact call counts predict"
-              + "".join(f"; {row['pair']}: {row[f'within ±{tolerance:.0%}']} of {row['records priced']} "
-                        f"(measured / predicted {row['measured / predicted: median [min, max]']})" for row in rows)
+    answer = (f"Of {n} records priced by a calibration, {inside} ({inside / max(n, 1):.0%}) have a measured speedup "
+              f"within ±{tolerance:.0%} of the one their exact call counts predict"
+              + "".join(f"; {row['pair']} (timed {row['timed']}): {row[f'within ±{tolerance:.0%}']} of "
+                        f"{row['records priced']} (measured / predicted "
+                        f"{row['measured / predicted: median [min, max]']})" for row in rows)
               + ". " + "; ".join(f"{name}: measured {m[1]:.2f}x at this machine's c = {m[0]:.3f}, predicted "
                                  f"{_at(CS, curves[name], 0.1):.2f}x at c = 0.1 and {_at(CS, curves[name], 0.5):.2f}x "
                                  f"at c = 0.5" for name, m in marks.items()) + ".")
     headline = {"records": n, "within": inside, "tolerance": tolerance,
-                "per_pair": {row["pair"]: [row[f"within ±{tolerance:.0%}"], row["records priced"]] for row in rows}}
+                "per_pair": {f"{row['pair']}, {row['timed']}": [row[f"within ±{tolerance:.0%}"], row["records priced"]]
+                             for row in rows}}
     return Result("speedups explained by measured costs", _frame(rows), fig, answer, headline, records)
+
+
+def _where(record: dict) -> str:
+    """Where a priced record was timed, against the machine of the calibration that priced it."""
+    here = (record.get("calibration") or {}).get("timed_here")
+    return {True: "on the calibrated machine", False: "on another machine"}.get(here, "before records named the CPU")
 
 
 def _at(xs, ys, x: float) -> float:
