@@ -51,7 +51,7 @@ from transformers import PreTrainedModel
 
 from . import capabilities
 from . import memory as mem
-from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int
+from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int, draft_width
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
 
@@ -120,6 +120,8 @@ def _bild_step(t, large, small, st, policy):
     written = ~full & ~fell
     rolled = written & bad
     kept = written & ~rolled
+    st["drafts"] += rolled | (~written & (st["run"] > 0))  # a draft ends: a token rejected, or fallback / N-limit
+    st["accepted_at"] += _at(st["run"], kept, st["accepted_at"].shape[1])
     st["fallbacks"] += fell
     st["rollbacks"] += rolled
     st["small_tokens"] += kept
@@ -135,6 +137,8 @@ def _speculative_step(t, large, small, st, policy):
     accept = drafting & (small.argmax(-1) == target)
     close = ~accept if t + 1 < policy["max_new_tokens"] else torch.ones_like(accept)
     st["small_tokens"] += accept & ~st["ended"]  # after an accepted EOS the window runs on, counting no tokens
+    st["accepted_at"] += _at(st["run"], accept & ~st["ended"], policy["k"])
+    st["drafts"] += close & (width > 0)
     st["rollbacks"] += drafting & ~accept
     st["drafted"] += torch.where(close, width, 0)
     st["large_calls"] += close
@@ -143,9 +147,14 @@ def _speculative_step(t, large, small, st, policy):
     return target, close
 
 
+def _at(position: torch.Tensor, accepted: torch.Tensor, width: int) -> torch.Tensor:
+    """[rows, width]: a 1 at each accepting row's draft position (the engine's `accepted_at`)."""
+    return torch.nn.functional.one_hot(position.clamp_max(width - 1), width) * accepted[:, None]
+
+
 STEPS = {"greedy": _greedy_step, "bild": _bild_step, "speculative": _speculative_step}
-STATE = {"greedy": (), "bild": ("run", "small_tokens", "fallbacks", "rollbacks"),
-         "speculative": ("run", "start", "small_tokens", "rollbacks", "drafted", "large_calls")}
+STATE = {"greedy": (), "bild": ("run", "small_tokens", "fallbacks", "rollbacks", "drafts"),
+         "speculative": ("run", "start", "small_tokens", "rollbacks", "drafted", "large_calls", "drafts")}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -157,7 +166,7 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
     """Decode the rows `xs` together; `small` is None when the method never drafts."""
     B, budget, device = len(xs), policy["max_new_tokens"], large.device
     if budget == 0:
-        return [Output([], _stats(method, small, None)) for _ in xs]
+        return [Output([], _stats(method, small, None, policy)) for _ in xs]
     lengths = torch.tensor([x.shape[1] for x in xs], device=device)
     P = int(lengths.max())
     if large.config.is_encoder_decoder:  # right padding, the encoder mask also masks cross-attention
@@ -185,6 +194,9 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
     step = STEPS[rule]
     zeros = torch.zeros(B, dtype=torch.long, device=device)
     st = {name: zeros.clone() for name in STATE[rule]}
+    if rule != "greedy":  # per row, the drafts whose i-th token was accepted
+        width = draft_width(rule, policy["k"], policy["max_small_steps"])
+        st["accepted_at"] = torch.zeros((B, width), dtype=torch.long, device=device)
     st["above"] = zeros.bool()  # BiLD "first-above": a small token above the threshold since the large model chose
     st["ended"] = zeros.bool()  # the output has its EOS
     st["length"] = torch.full((B,), budget, device=device)
@@ -222,25 +234,27 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             mask = masks[:, : P + t + 1]
             positions = (lengths + t)[:, None]
     tokens = tokens.tolist()
-    return [Output(tokens[i][: final[i]["length"]], _stats(method, small, final[i])) for i in range(B)]
+    return [Output(tokens[i][: final[i]["length"]], _stats(method, small, final[i], policy)) for i in range(B)]
 
 
-def _stats(method: str, small, st: dict | None) -> dict:
+def _stats(method: str, small, st: dict | None, policy: dict) -> dict:
     """The engine's counts for one row, from its final lockstep state; those it cannot give, named in 'inexact'."""
     n = st["length"] if st else 0
     if small is None or not st:  # the large model alone, or nothing to decode
         stats = dict(small_tokens=0, large_tokens=n, small_calls=0, large_calls=n, drafted=0, accepted=0,
-                     fallbacks=0, rollbacks=0)
+                     fallbacks=0, rollbacks=0, drafts=0,
+                     accepted_at=[0] * draft_width(method, policy["k"], policy["max_small_steps"]))
     elif method == "bild":
         kept = st["small_tokens"]
         stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=kept + st["fallbacks"],
                      large_calls=n - kept + int(st["run"] > 0), drafted=kept, accepted=kept, fallbacks=st["fallbacks"],
-                     rollbacks=st["rollbacks"])  # the last call verified small tokens and added none: run > 0
+                     rollbacks=st["rollbacks"], drafts=st["drafts"] + int(st["run"] > 0),
+                     accepted_at=st["accepted_at"])  # the last call verified small tokens and added none: run > 0
     else:
         kept = st["small_tokens"]
         stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=st["drafted"],
                      large_calls=st["large_calls"], drafted=st["drafted"], accepted=kept, fallbacks=0,
-                     rollbacks=st["rollbacks"])
+                     rollbacks=st["rollbacks"], drafts=st["drafts"], accepted_at=st["accepted_at"])
     inexact = list(BRANCH) if method == "bild" and stats["rollbacks"] else []
     for key in inexact:
         del stats[key]

@@ -231,7 +231,8 @@ def generate(
     if small is not None and lookup is None and not stop(0, None):
         drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
-                 rollbacks=0)
+                 rollbacks=0, drafts=0)
+    accepted_at = [0] * draft_width(method, k, max_small_steps)  # drafts whose i-th token was accepted
     pos = P  # committed length of `seq`
     first = method == "bild"  # BiLD: the first decoder step is the large model's
     t0 = _clock(device)
@@ -286,6 +287,10 @@ def generate(
         stats["small_tokens"] += n_small
         stats["large_tokens"] += len(new) - n_small
         stats["rollbacks"] += int(n < m)
+        if m:
+            stats["drafts"] += 1
+            for i in range(n_small):
+                accepted_at[i] += 1
         large.crop(pos + n)  # the verified positions stay cached; the large model's token is fed next time
         if drafter is not None:
             drafter.crop(pos + n)
@@ -298,6 +303,7 @@ def generate(
             break
 
     tokens = seq[0, P:pos].tolist()
+    stats["accepted_at"] = accepted_at
     stats["large_calls"] = large.calls
     stats["large_seconds"] = large.seconds
     stats["small_calls"] = drafter.calls if drafter else 0
@@ -308,6 +314,11 @@ def generate(
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Configuration and argument checks (all before any model call)
+
+
+def draft_width(method: str, k: int, max_small_steps: int) -> int:
+    """The longest draft a method makes: its `accepted_at` counts (stats) have one entry per draft position."""
+    return {"speculative": k, "prompt-lookup": k, "bild": max_small_steps}.get(method, 0)
 
 
 def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:

@@ -52,15 +52,20 @@ class NgramDraft:
 def counts(input_tokens: list[int], output: list[int], ngram: int, k: int, max_new_tokens: int,
            eos: frozenset) -> dict:
     """The engine's verification counts for prompt lookup, replayed from its (greedy) `output`: large_calls, drafted,
-    accepted, rollbacks (verifications that rejected a drafted token). Each verification keeps the longest prefix of
+    accepted, rollbacks (verifications that rejected a drafted token), drafts (verifications of a draft) and
+    accepted_at (drafts whose i-th token was accepted). Each verification keeps the longest prefix of
     the draft that equals the output and then adds the large model's token, unless the budget is used up."""
     lookup = NgramDraft(input_tokens, ngram, k, eos)
-    pos, calls, drafted, accepted, rejected = 0, 0, 0, 0, 0
+    pos, calls, drafted, accepted, rejected, drafts, accepted_at = 0, 0, 0, 0, 0, 0, [0] * k
     while pos < len(output):
         draft = lookup.draft(max_new_tokens - pos)
         n = next((i for i, t in enumerate(draft) if pos + i >= len(output) or t != output[pos + i]), len(draft))
         new = n + (pos + n < max_new_tokens)
         calls, drafted, accepted, rejected = calls + 1, drafted + len(draft), accepted + n, rejected + (n < len(draft))
+        drafts += bool(draft)
+        for i in range(n):
+            accepted_at[i] += 1
         lookup.extend(output[pos : pos + new])
         pos += new
-    return dict(large_calls=calls, drafted=drafted, accepted=accepted, rollbacks=rejected)
+    return dict(large_calls=calls, drafted=drafted, accepted=accepted, rollbacks=rejected, drafts=drafts,
+                accepted_at=accepted_at)

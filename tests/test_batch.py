@@ -79,8 +79,9 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
         assert sorted([*out.stats, *inexact]) == sorted(ref.stats)
         assert out.stats == {key: ref.stats[key] for key in out.stats}, (kw, batch_size)
         assert inexact == (list(BRANCH) if kw["method"] == "bild" and ref.stats["rollbacks"] else []) + list(TIMINGS)
-        for key in ("fallbacks", "rollbacks", "small_tokens"):
+        for key in ("fallbacks", "rollbacks", "small_tokens", "drafts"):
             seen[key] += ref.stats[key]
+        seen["accepted_at_2"] += sum(ref.stats["accepted_at"][1:2])  # a draft's second token accepted, counted alike
         seen["inexact"] += len(inexact) > len(TIMINGS)
         tokens.append(ref.tokens)
     return tokens
@@ -90,7 +91,8 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
 def test_generate_batch_equals_generate(pairs, arch):
     large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
-    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0, eos_inside=0, eos_at_budget=0, plain=0)
+    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, drafts=0, accepted_at_2=0, inexact=0, eos_inside=0,
+                eos_at_budget=0, plain=0)
     for i, (draft, policy) in enumerate(POLICIES):
         kw = dict(small=drafts[draft], max_new_tokens=N_NEW, **policy)
         outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)
@@ -106,7 +108,7 @@ def test_generate_batch_equals_generate(pairs, arch):
 def test_budgets_of_a_few_tokens(pairs, arch):
     large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS[:3])]
-    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, inexact=0)
+    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, drafts=0, accepted_at_2=0, inexact=0)
     for budget in (0, 1, 2, 3):
         for draft, policy in (("self", dict(method="speculative", k=2)),
                               ("perturbed", dict(method="bild", fallback=0.0, rollback=1.0))):
