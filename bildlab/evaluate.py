@@ -348,7 +348,7 @@ def _run(s: Lookup, progress) -> list[dict]:
     sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
     n, timed = len(tasks.load_task(task, split, limit=limit)), s.timed()
     label = f"{pair} {split}: " + (_label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies")
-    batched, layouts, partials = None, None, [sweep_key]
+    batched, layouts, counts, partials = None, None, None, [sweep_key]
     if s.run["timing_limit"] is not None:  # outputs for quality on every example, in batches (not timed)
 
         def in_chunks(spec, indices, names, batch_size, memory, progress):  # as Ray tasks, checkpointed by chunk
@@ -359,7 +359,7 @@ def _run(s: Lookup, progress) -> list[dict]:
 
             def on_chunk(part, made):
                 got[part[0]] = {"indices": part, "outputs": {n: made[n][0] for n in names},
-                                "layouts": {n: made[n][1] for n in names}}
+                                "layouts": {n: made[n][1] for n in names}, "counts": {n: made[n][2] for n in names}}
                 if reg is not None:
                     reg.save_partial(key, got)
 
@@ -368,10 +368,12 @@ def _run(s: Lookup, progress) -> list[dict]:
                 distributed.run_chunks(spec, rest, names, batch_size, memory, on_chunk, executor=executor,
                                        chunk_size=s.run["chunk_size"], progress=progress)
             at = {i: (chunk, j) for chunk in got.values() for j, i in enumerate(chunk["indices"])}
+            old = any("counts" not in chunk for chunk in got.values())  # checkpointed before counts were kept
             return {n: ([at[i][0]["outputs"][n][at[i][1]] for i in indices],
-                        shard.merge_layouts([chunk["layouts"][n] for chunk in got.values()])) for n in names}
+                        shard.merge_layouts([chunk["layouts"][n] for chunk in got.values()]),
+                        None if old else [at[i][0]["counts"][n][at[i][1]] for i in indices]) for n in names}
 
-        batched, layouts = shard.outputs(spec, list(range(n)), s.run["batch_size"], label if progress else False,
+        batched, layouts, counts = shard.outputs(spec, list(range(n)), s.run["batch_size"], label if progress else False,
                                          s.run["memory"], None if executor == "local" else in_chunks)
     done = reg.load_partial(sweep_key) if reg is not None else {}
     rest = [i for i in timed if i not in done]
@@ -402,7 +404,8 @@ def _run(s: Lookup, progress) -> list[dict]:
     where = next(iter(done.values())).get("machine") if done else None
     cal = calibrate.for_machine(reg, pair, spec["device"], spec["threads"], where) if reg is not None else None
     made = records.build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
-                                 sweep=digest(sweep_key), batched=batched, layouts=layouts, calibration=cal)
+                                 sweep=digest(sweep_key), batched=batched, layouts=layouts, counts=counts,
+                                 calibration=cal)
     if reg is not None:
         for key, record in zip(keys, made):
             reg.put(key, record)

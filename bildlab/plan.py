@@ -148,6 +148,7 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
                 params["registry"] = (overrides or {}).get("registry", f"../results/{profile}")
             params["registry"] = str((runner.NOTEBOOKS / params["registry"]).resolve())  # as the notebooks see it
             params.pop("figures", None)
+            params.pop("other_calibration", None)  # read by a notebook cell of its own, not by the question
             first = params.pop("pairs", None) or params.pop("pair")
             start, planner.outputs = len(planner.sweeps), set()  # each notebook runs in a kernel of its own
             study.QUESTIONS[name](first, figures=figures, sweep=planner.sweep, **{**params, "progress": False})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 from . import costs, shard, tasks, timing
+from .mechanism import mechanism
 from .decoding import _eos_ids, truncated
 from .registry import versions
 from .summary import summarize
@@ -13,7 +14,7 @@ from .summary import summarize
 
 def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
                   batched: dict[str, list[list[int]]] | None = None, layouts: dict[str, dict] | None = None,
-                  calibration: dict | None = None) -> list[dict]:
+                  counts: dict[str, list[dict] | None] | None = None, calibration: dict | None = None) -> list[dict]:
     """One record per policy from the timed rows (`done`, {index: row}): of every example, or, with `batched` (every
     runner's output tokens on every example, `shard.outputs`), of a sample whose batch-1 outputs are checked against
     the batched ones (`timed_identical`; a mismatch is a bug unless a numerical tie). Where each example was timed
@@ -68,13 +69,37 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
             warnings.warn(f"{label(e)} on {spec['pair']} {spec['split']}: {len(done) - same} of {len(done)} timed "
                           f"examples' batch-1 outputs differ from the batched ones (a bug unless a numerical tie; "
                           f"the record counts them: timed_identical)", stacklevel=2)
-        records.append({"key": key, "versions": made_with, **timed_rows,
+        if batched:
+            got = (counts or {}).get(f"policy{n}")
+            mech = (mechanism(got, [len(t) for t in batched[f"policy{n}"]], "every example (batched outputs)")
+                    if got is not None else None)
+        else:
+            mech = mechanism([r["stats"] for r in rows], [r["tokens"] for r in rows], "every example (timed)")
+        records.append({"key": key, "versions": made_with, **timed_rows, "mechanism": mech,
                         "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep},
                         "machines": machines, "examples": rows})
         costs.attach(records[-1], calibration, sources, encoder_decoder=bool(p.large.config.is_encoder_decoder))
     return records
+
+
+def backfill_mechanism(registry) -> int:
+    """Give every record of `registry` without mechanism numbers those of its timed examples (the engine's exact
+    counts, kept in every record; records made before the batched outputs' counts were kept); nothing else in a
+    record changes. Returns the records rewritten."""
+    done = 0
+    for record in registry.records():
+        if record.get("mechanism") is not None:
+            continue
+        timed = [e for e in record["examples"] if e["seconds"] is not None]
+        mech = mechanism([e["stats"] for e in timed], [e["tokens"] for e in timed],
+                         f"the {len(timed)} timed examples (made before every example's counts were kept)")
+        if mech is not None:
+            record["mechanism"] = mech
+            registry.put(record["key"], record)
+            done += 1
+    return done
 
 
 def label(e: dict) -> str:

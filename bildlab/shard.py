@@ -133,10 +133,11 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
 
 
 def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool | str = False, memory=None,
-            compute=None) -> tuple[dict[str, list[list[int]]], dict[str, dict]]:
+            compute=None) -> tuple[dict[str, list[list[int]]], dict[str, dict], dict[str, list[dict] | None]]:
     """Every runner's greedy output tokens for the examples `indices`, computed in batches (`batch.generate_batch`,
-    token for token the engine's): ({runner name: [tokens per index]}, {runner name: its batches' layout}) for the
-    vanilla large model ("greedy") and each policy. Not timed: outputs for quality, on whole splits; the protocol
+    token for token the engine's): ({runner name: [tokens per index]}, {runner name: its batches' layout}, {runner
+    name: [the engine's exact counts per index] (`counts`), or None where a checkpoint made before they were kept
+    has none}) for the vanilla large model ("greedy") and each policy. Not timed: outputs for quality, on whole splits; the protocol
     times a sample at batch 1 (`time_shard`). An output this process already computed (the vanilla model's in every
     sweep of a split, a policy's in a second timing pass) is taken from memory (`_OUTPUTS`). The others are computed
     by `compute(spec, indices, names, batch_size, memory, progress)` (default `compute_outputs`, here; the Ray
@@ -150,14 +151,16 @@ def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool
             _OUTPUTS[keys[name]] = made[name]
             while len(_OUTPUTS) > OUTPUTS_KEPT:
                 _OUTPUTS.popitem(last=False)
-    return ({name: _OUTPUTS[keys[name]][0] for name in names}, {name: _OUTPUTS[keys[name]][1] for name in names})
+    return ({name: _OUTPUTS[keys[name]][0] for name in names}, {name: _OUTPUTS[keys[name]][1] for name in names},
+            {name: _OUTPUTS[keys[name]][2] for name in names})
 
 
 def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size: int, memory=None,
                     progress: bool | str = False) -> dict[str, tuple[list[list[int]], dict]]:
     """The runners `names`' batched outputs for the examples `indices` on this process's device, on the protocol's
-    thread count: {name: ([tokens per index], layout)}, layout = {"memory": budget bytes, "batches": batches
-    decoded, "largest": rows of the largest, "splits": out-of-memory splits}. Also a Ray task's work (one chunk)."""
+    thread count: {name: ([tokens per index], layout, [counts per index])}, layout = {"memory": budget bytes,
+    "batches": batches decoded, "largest": rows of the largest, "splits": out-of-memory splits}, counts the engine's
+    exact counts of each output (`counts`). Also a Ray task's work (one chunk)."""
     from .batch import generate_batch
 
     pairs, xs = _models_and_inputs(spec, indices)
@@ -179,8 +182,13 @@ def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size
             else:
                 outs = generate_batch(q.large, xs, small=q.small, max_new_tokens=mnt, batch_size=batch_size,
                                       memory=memory, report=report, **_policy_kwargs(e))
-            out[name] = ([o.tokens for o in outs], layout(report))
+            out[name] = ([o.tokens for o in outs], layout(report), [counts(o.stats) for o in outs])
     return out
+
+
+def counts(stats: dict) -> dict:
+    """An output's exact counts: its stats without timings, layout notes and the names of what is inexact."""
+    return {k: v for k, v in stats.items() if k not in ("inexact", "layout") and not k.endswith("seconds")}
 
 
 def layout(report: dict) -> dict:
@@ -201,7 +209,8 @@ def _entry(spec: dict, name: str) -> dict:
 
 
 OUTPUTS_KEPT = 256  # runners' batched outputs kept in memory (a toy one: 1,000 short token lists)
-_OUTPUTS: OrderedDict[tuple, tuple[list[list[int]], dict]] = OrderedDict()  # key -> (tokens, layout)
+_OUTPUTS: OrderedDict[tuple, tuple[list[list[int]], dict, list | None]] = OrderedDict()  # key -> (tokens, layout,
+# counts)
 
 
 def output_key(spec: dict, e: dict, indices: list[int] | None, batch_size: int) -> tuple:
