@@ -54,7 +54,8 @@ KS = (1, 3, 7)  # draft lengths whose verification (k + 1 tokens) is measured
 def build(name: str, repo_dir: Path | None, rows: int, device, dtype, seed: int):
     """A random-weight model with the checkpoint's configuration (`models.random_model`; the mirror's config.json if
     given), and what it is."""
-    model = models.random_model(name, device, rows=rows, seed=seed, dtype=dtype, config_dir=repo_dir)
+    model = models.random_model(name, device, rows=rows, seed=seed, dtype=dtype, config_dir=repo_dir,
+                                config=CONFIGS[name])
     config = model.config
     return model, {"config": str(repo_dir) if repo_dir else "configs in bildlab/models.py (PAPER_CONFIGS)",
                    "parameters": sum(p.numel() for p in model.parameters()),

@@ -296,11 +296,12 @@ def read_card() -> dict:
 
 
 def random_model(name: str, device="cpu", *, rows: int | None = None, seed: int = 0, dtype=torch.float32,
-                 config_dir: Path | None = None):
+                 config_dir: Path | None = None, config: dict | None = None):
     """A random-weight model with a paper checkpoint's configuration (`PAPER_CONFIGS`: 't5-large', 'mt5-small', ...;
     or the config.json in `config_dir`, e.g. a mirror's), in eval mode on `device`; mT5 with its own output layer as
     the checkpoint has it; the vocabulary cut to the tokenizer's `rows` as `load_pair` does (None: not cut). What
-    costs and memory are measured on where the checkpoints cannot be read: a call's cost does not depend on weights."""
+    costs and memory are measured on where the checkpoints cannot be read: a call's cost does not depend on weights.
+    `config`: the configuration's fields in place of PAPER_CONFIGS[name]'s (e.g. shrunk for a test)."""
     import transformers as tf
 
     if name not in PAPER_CONFIGS:
@@ -311,7 +312,7 @@ def random_model(name: str, device="cpu", *, rows: int | None = None, seed: int 
         config = tf.AutoConfig.from_pretrained(config_dir)
         untied = json.loads((Path(config_dir) / "config.json").read_text()).get("tie_word_embeddings", True) is False
     else:
-        config = (tf.MT5Config if untied else tf.T5Config)(**PAPER_CONFIGS[name], **PAPER_CONFIG_COMMON)
+        config = (tf.MT5Config if untied else tf.T5Config)(**(config or PAPER_CONFIGS[name]), **PAPER_CONFIG_COMMON)
     cls = tf.MT5ForConditionalGeneration if config.model_type == "mt5" else tf.T5ForConditionalGeneration
     with torch.device(device):
         model = cls(config).to(dtype).eval()

@@ -229,7 +229,8 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     records = planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
     assert planner.sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
                                "to_run": 3, "decodes": 6 * (3 + 2), "timed": 6, "outputs": 0,
-                               "output_units": 0.0}]  # the policies,
+                               "output_units": 0.0, "prices": {"seconds": 0.25, "c": 0.3, "gain": 18.0,
+                                                               "source": None}}]  # the policies,
     # the vanilla loop and HF generate, on every example
     assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
     monkeypatch.setattr(shard, "load", real_pair)

@@ -58,21 +58,30 @@ def _n(summary: dict) -> str:
 
 def _cells(record: dict) -> dict:
     """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N where speed comes from
-    a timed sample)."""
-    s = record["summary"]
+    a timed sample): first what the method did, counted exactly (`mechanism`: the same on every machine), then quality,
+    then the speedup measured on this machine and the one its counts predict on the calibrated costs."""
+    s, m = record["summary"], record.get("mechanism") or {}
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
+    share = m.get("small_share", s["small_share"])
+    predicted = s.get("predicted_speedup")
     return {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
+            "large-model share": None if share is None else round(1 - share, 3),
+            "tokens / large call": _per_call(record),
             metric: sm.fmt(s["score"], s["score_ci"]),
             f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
+            "predicted speedup": sm.fmt(predicted, s.get("predicted_speedup_ci"), "x") if predicted else None,
             "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
             "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
-            "large-model share": None if s["small_share"] is None else round(1 - s["small_share"], 3),
-            "tokens / large call": s["mean_accepted"],
             "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}",
             # outputs computed in batches: on the timed examples, the batch-1 outputs must equal them
             **({"batch-1 = batched (timed)": f"{record['timed_identical']}/{len(record['timed'])}"}
                if "timed" in record else {})}
+
+
+def _per_call(record: dict):
+    """Tokens per large-model call: of every example where the record counts them (`mechanism`), else of the timed."""
+    return (record.get("mechanism") or {}).get("tokens_per_large_call", record["summary"]["mean_accepted"])
 
 
 def _point(record: dict, label: str = "") -> dict:
@@ -82,13 +91,17 @@ def _point(record: dict, label: str = "") -> dict:
 
 
 def _speed(record: dict | None) -> str:
-    """A speedup with its interval and its quality change, for an answer; 'none' when no policy qualified."""
+    """What a record's method did and gave, for an answer: its tokens per large-model call (counted exactly, the
+    same on every machine), then its speedup with its interval here and its quality change; 'none' when no policy
+    qualified."""
     if record is None:
         return "none"
     s = record["summary"]
     loss = ("lossless" if sm.lossless(record) else
             f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}")
-    return f"{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
+    per_call = _per_call(record)
+    calls = f"{per_call:.2f} tokens per large call, " if per_call is not None else ""
+    return f"{calls}{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
 
 
 def _speedup(record: dict | None) -> list | None:

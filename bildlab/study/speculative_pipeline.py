@@ -6,7 +6,8 @@ from __future__ import annotations
 from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
-from .common import Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup, _lookup, _lookup_entry, _n
+from .common import (Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup, _lookup, _lookup_entry, _n,
+                     _per_call)
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
@@ -34,7 +35,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         for k, rec in zip(ks, group):
             a, c = sm.acceptance(rec), sm.cost_ratio(rec)
             rows.append({"pair": pair, "mode": mode, "k": k, "acceptance a": round(a, 3), "cost ratio c": round(c, 3),
-                         "tokens / large call": rec["summary"]["mean_accepted"],
+                         "tokens / large call": _per_call(rec),
                          "expected tokens / call": round(sm.expected_tokens_per_call(a, k), 3),
                          "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
                          "verifier cost": sm.verify_cost(rec, k),
@@ -44,7 +45,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
         rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
     rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
-                 "tokens / large call": bild["summary"]["mean_accepted"]})
+                 "tokens / large call": _per_call(bild)})
     ref, versus, lookups, looked = [], [], {}, []
 
     def lookup(p, rivals):  # prompt lookup on pair p: validation grid, the chosen on test, against `rivals`
@@ -79,7 +80,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                                   **run)
         for r in (spec, ref_bild):
             rows.append({"pair": ref_pair, "mode": f"{r['key']['method']} ({_policy(r)})", **_cells(r),
-                         "tokens / large call": r["summary"]["mean_accepted"]})
+                         "tokens / large call": _per_call(r)})
         s = spec["summary"]
         versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {_speed(spec)}, "
                       f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
