@@ -1,0 +1,215 @@
+"""Static caches whose rollback is free, and compiled decoding steps (`generate(..., cache="static", compile=True)`).
+
+gpt-fast's way over unmodified transformers models: every model gets a preallocated `StaticCache` sized to the
+input, the budget and the longest fed chunk; keys and values are written at the cache's current position
+(transformers 5.x keeps it in a tensor per layer, `StaticLayer.cumulative_length`) and attention is masked by
+position, so a rollback only moves the position back: nothing is copied, and a stale position past the end is never
+visible (the causal mask hides every position after the last one fed; the next feed overwrites it).
+
+    view          one model's cache                         rollback
+    View          DynamicCache (views.py)                   crop: tensors sliced
+    StaticView    StaticCache, the same buffer per model    the position moves back (one in-place subtraction a layer)
+                  and cache length, reset for each input
+
+Encoder outputs are computed once per input and the cross-attention keys and values once, at the first decoder call
+(transformers' `EncoderDecoderCache.is_updated`); an early exit of the large model (`early_exit.py`) writes the
+large model's own static cache, its bottom layers, which it moves back at hand-over.
+
+With `compile=True` each model's forward is compiled once (`torch.compile`, mode "reduce-overhead", CUDA graphs, on a
+GPU; the default mode on CPU) and every call after the prefill feeds a fixed number of positions: the fed chunk is
+padded up to the next of `BUCKETS`, the padding written past the real positions and moved back at once, so the
+compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to a multiple of
+`LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph. A chunk longer than the largest
+bucket (a prompt) runs eagerly on the same cache. Compilation happens at the first call of each shape: `warm_up` runs
+those calls ahead, once, so that no timed example pays for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel, StaticCache
+
+from . import capabilities
+from .early_exit import decoder_layers, shares_bottom_layers
+from .timing import clock as _clock
+from .views import View
+
+CACHES = ("dynamic", "static")
+BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
+LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
+
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype): StaticCache}
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled forward
+
+
+def check(cache: str, compile: bool) -> None:
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(map(repr, CACHES))}; got {cache!r}")
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False; got {compile!r}")
+    if compile and cache != "static":
+        raise ValueError("compile=True needs cache='static' (a dynamic cache changes shape at every step)")
+
+
+def cache_length(prefix: int, max_new_tokens: int) -> int:
+    """Positions a model's static cache holds: the prefix, the budget, and the padding of the largest bucket."""
+    need = prefix + max_new_tokens + BUCKETS[-1]
+    return -(-need // LENGTH_STEP) * LENGTH_STEP
+
+
+def require(model: PreTrainedModel, length: int, role: str = "model") -> None:
+    """Refuse, naming the model, what a static cache cannot hold exactly: sliding-window layers whose window is
+    shorter than the cache (a rollback past an evicted position cannot be undone), and non-attention states."""
+    config = model.config.get_text_config(decoder=True)
+    name = f"{type(model).__name__} (the {role})"
+    window = getattr(config, "sliding_window", None)
+    types = set(getattr(config, "layer_types", None) or [])
+    if types - {"full_attention", "sliding_attention"}:
+        raise ValueError(f"cache='static': {name} has layers of types {sorted(types)}; a static cache holds "
+                         "attention layers only: use cache='dynamic'")
+    if window and (types != {"full_attention"}) and window < length:
+        raise ValueError(f"cache='static': {name} has sliding-window layers (window {window}) shorter than the "
+                         f"static cache ({length} positions): a rollback could not restore evicted positions; lower "
+                         "max_new_tokens or use cache='dynamic'")
+
+
+def _static_cache(model: PreTrainedModel, length: int, device) -> StaticCache:
+    held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype)
+    cache = held.get(key)
+    if cache is None:
+        cache = held[key] = StaticCache(config=model.config, max_cache_len=length)
+    cache.reset()  # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
+    return cache
+
+
+def compiled(model: PreTrainedModel):
+    """The model's forward compiled once (held per model): CUDA graphs on a GPU, the default mode on CPU."""
+    fn = _COMPILED.get(model)
+    if fn is None:
+        limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
+        mode = "reduce-overhead" if model.device.type == "cuda" else None
+        fn = _COMPILED[model] = torch.compile(model.forward, mode=mode)
+    return fn
+
+
+class StaticView(View):
+    """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no copy)."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, length: int, compile: bool = False):
+        super().__init__(model, input_ids)  # the encoder runs once; the dynamic cache it builds is replaced
+        self.length = length
+        self.forward = compiled(model) if compile else model
+        self.compile = compile
+        self.cache, self.self_cache = self._new_cache(model, length, input_ids.device)
+
+    def _new_cache(self, model, length, device):
+        static = _static_cache(model, length, device)
+        if self.encoder_decoder:  # cross-attention: computed once, at the first decoder call, then read
+            return EncoderDecoderCache(static, DynamicCache()), static
+        return static, static
+
+    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        n = end - self.cached
+        width = next((b for b in BUCKETS if b >= n), None) if self.compile and self.cached > 0 else None
+        forward = self.forward if width is not None else self.model
+        width = width or n
+        new = seq[:, self.cached : end]
+        if width > n:  # padded with the last token: causally after the real ones, its outputs are never read
+            new = torch.cat([new, new[:, -1:].expand(1, width - n)], 1)
+        kwargs = {self.cache_kw: self.cache, "use_cache": True}
+        if self.encoder_decoder:
+            kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
+        else:
+            kwargs["input_ids"] = new
+            if self.positions:  # padded positions repeat the last real one (their outputs are never read)
+                kwargs["position_ids"] = (self.cached + torch.arange(width, device=seq.device).clamp(max=n - 1))[None]
+            if self.keep_kw:
+                kwargs["logits_to_keep"] = keep if width == n else 0
+        logits = forward(**kwargs).logits
+        if width > n:
+            self._back(width - n)  # the padding's positions: written, and moved back at once
+            logits = logits[:, :n]
+        self.cached = end
+        self.calls += 1
+        return logits[0, -keep:].float()
+
+    def _back(self, count: int, layers=None) -> None:
+        for layer in (self.self_cache.layers if layers is None else layers):
+            layer.cumulative_length.sub_(count)
+
+    def crop(self, length: int) -> None:
+        """Move the position back to `length`: rejected positions stay in memory, past the end, never seen again."""
+        if self.cached > length:
+            self._back(self.cached - length)
+            self.cached = length
+
+
+class StaticEarlyExitView(StaticView):
+    """An early exit of the large model as the draft, on the large model's static cache (its bottom layers): see
+    `views.EarlyExitView`; the hand-over moves those layers' positions back to the large model's."""
+
+    def __init__(self, model: PreTrainedModel, large: StaticView):
+        self.model, self.large = model, large
+        self.encoder_decoder, self.positions = large.encoder_decoder, large.positions
+        fwd = capabilities.forward(model)
+        self.cache_kw, self.keep_kw = fwd.cache_kw, fwd.keep_kw
+        self.encoder_outputs = getattr(large, "encoder_outputs", None)
+        self.cache, self.self_cache, self.length = large.cache, large.self_cache, large.length
+        self.compile = large.compile
+        self.forward = compiled(model) if self.compile else model
+        self.depth = len(decoder_layers(model))
+        self.cached = large.cached
+        self.calls = 0
+        self.seconds = 0.0
+
+    def _back(self, count: int, layers=None) -> None:
+        super()._back(count, self.self_cache.layers[: self.depth])
+
+    def hand_over(self) -> None:
+        """Move the draft's own positions out of the shared bottom layers (the large model recomputes them)."""
+        if self.cached > self.large.cached:
+            self._back(self.cached - self.large.cached)
+        self.cached = self.large.cached
+
+    def crop(self, length: int) -> None:
+        self.cached = self.large.cached
+
+
+def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torch.Tensor, prefix: int,
+          max_new_tokens: int, compile: bool, drafts: bool) -> tuple[StaticView, StaticView | None]:
+    """The large model's view and the draft's (None where no draft runs), on static caches."""
+    length = cache_length(prefix, max_new_tokens)
+    require(model, length)
+    large = StaticView(model, input_ids, length, compile)
+    if not drafts:
+        return large, None
+    if shares_bottom_layers(small, model):
+        return large, StaticEarlyExitView(small, large)
+    require(small, length, role="small")
+    return large, StaticView(small, input_ids, length, compile)
+
+
+@torch.inference_mode()
+def warm_up(model: PreTrainedModel, input_ids: torch.Tensor, small: PreTrainedModel | None = None,
+            max_new_tokens: int = 128, **kwargs) -> float:
+    """Compile every bucket's step for `model` (and `small`) ahead of timing: seconds spent (compilation mostly).
+    Feeds each bucket once on a throwaway decode of `input_ids`; outputs are not kept."""
+    from .decoding import _decoder_start  # (decoding imports this module)
+
+    t0 = _clock(input_ids.device)
+    input_ids = input_ids if input_ids.dim() == 2 else input_ids[None]
+    for m in [model] + ([small] if small is not None and small is not model else []):
+        prefix = (torch.tensor([[_decoder_start(m)]], device=input_ids.device) if m.config.is_encoder_decoder
+                  else input_ids)
+        length = cache_length(prefix.shape[1], max_new_tokens)
+        seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
+        view = StaticView(m, input_ids, length, compile=True)
+        view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
+        for b in BUCKETS:
+            view.logits(seq, view.cached + b, b)
+            view.crop(prefix.shape[1])
+    return _clock(input_ids.device) - t0
