@@ -30,6 +30,7 @@ import weakref
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel, StaticCache
+from transformers.cache_utils import StaticSlidingWindowLayer
 
 from . import capabilities
 from .early_exit import decoder_layers, shares_bottom_layers
@@ -40,7 +41,7 @@ CACHES = ("dynamic", "static")
 BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
 LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
 
-_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype): StaticCache}
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled forward
 
 
@@ -59,24 +60,29 @@ def cache_length(prefix: int, max_new_tokens: int) -> int:
     return -(-need // LENGTH_STEP) * LENGTH_STEP
 
 
-def require(model: PreTrainedModel, length: int, role: str = "model") -> None:
-    """Refuse, naming the model, what a static cache cannot hold exactly: sliding-window layers whose window is
-    shorter than the cache (a rollback past an evicted position cannot be undone), and non-attention states."""
-    config = model.config.get_text_config(decoder=True)
+def require(model: PreTrainedModel, cache: StaticCache, length: int, compile: bool, role: str = "model") -> None:
+    """Refuse, naming the model, what its static cache cannot do exactly: layers that are not attention layers (a
+    recurrent state), sliding-window layers whose window is shorter than the cache (a rollback past an evicted position
+    could not be undone: transformers' `is_croppable`), and sliding-window layers compiled (their position is a
+    Python int, one graph per position)."""
     name = f"{type(model).__name__} (the {role})"
-    window = getattr(config, "sliding_window", None)
-    types = set(getattr(config, "layer_types", None) or [])
-    if types - {"full_attention", "sliding_attention"}:
-        raise ValueError(f"cache='static': {name} has layers of types {sorted(types)}; a static cache holds "
+    kinds = {type(layer).__name__ for layer in cache.layers}
+    if kinds - {"StaticLayer", "StaticSlidingWindowLayer"}:
+        raise ValueError(f"cache='static': {name} has cache layers {sorted(kinds)}; bildlab's static cache takes "
                          "attention layers only: use cache='dynamic'")
-    if window and (types != {"full_attention"}) and window < length:
-        raise ValueError(f"cache='static': {name} has sliding-window layers (window {window}) shorter than the "
-                         f"static cache ({length} positions): a rollback could not restore evicted positions; lower "
-                         "max_new_tokens or use cache='dynamic'")
+    sliding = [layer for layer in cache.layers if isinstance(layer, StaticSlidingWindowLayer)]
+    if sliding and not cache.is_croppable:
+        raise ValueError(f"cache='static': {name} has sliding-window layers (window {sliding[0].max_cache_len}) "
+                         f"shorter than the static cache ({length} positions): a rollback could not "
+                         "restore evicted positions; lower max_new_tokens or use cache='dynamic'")
+    if sliding and compile:
+        raise ValueError(f"compile=True: {name} has sliding-window layers, whose cache position is a Python int "
+                         "(a compiled graph per position); use compile=False (cache='static' works eagerly)")
 
 
-def _static_cache(model: PreTrainedModel, length: int, device) -> StaticCache:
-    held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype)
+def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> StaticCache:
+    """The model's cache of this length in this role (a model that drafts for itself holds two), reset."""
+    held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype, role)
     cache = held.get(key)
     if cache is None:
         cache = held[key] = StaticCache(config=model.config, max_cache_len=length)
@@ -98,18 +104,15 @@ def compiled(model: PreTrainedModel):
 class StaticView(View):
     """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no copy)."""
 
-    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, length: int, compile: bool = False):
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, length: int, compile: bool = False,
+                 role: str = "model"):
+        static = _static_cache(model, length, input_ids.device, role)
+        require(model, static, length, compile, role)
         super().__init__(model, input_ids)  # the encoder runs once; the dynamic cache it builds is replaced
-        self.length = length
+        self.length, self.compile, self.self_cache = length, compile, static
         self.forward = compiled(model) if compile else model
-        self.compile = compile
-        self.cache, self.self_cache = self._new_cache(model, length, input_ids.device)
-
-    def _new_cache(self, model, length, device):
-        static = _static_cache(model, length, device)
-        if self.encoder_decoder:  # cross-attention: computed once, at the first decoder call, then read
-            return EncoderDecoderCache(static, DynamicCache()), static
-        return static, static
+        # cross-attention: computed once, at the first decoder call, then read
+        self.cache = EncoderDecoderCache(static, DynamicCache()) if self.encoder_decoder else static
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
         """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
@@ -139,7 +142,7 @@ class StaticView(View):
 
     def _back(self, count: int, layers=None) -> None:
         for layer in (self.self_cache.layers if layers is None else layers):
-            layer.cumulative_length.sub_(count)
+            layer.crop(-count)  # StaticLayer: an in-place subtraction of its position tensor (no copy)
 
     def crop(self, length: int) -> None:
         """Move the position back to `length`: rejected positions stay in memory, past the end, never seen again."""
@@ -183,14 +186,12 @@ def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torc
           max_new_tokens: int, compile: bool, drafts: bool) -> tuple[StaticView, StaticView | None]:
     """The large model's view and the draft's (None where no draft runs), on static caches."""
     length = cache_length(prefix, max_new_tokens)
-    require(model, length)
     large = StaticView(model, input_ids, length, compile)
     if not drafts:
         return large, None
     if shares_bottom_layers(small, model):
         return large, StaticEarlyExitView(small, large)
-    require(small, length, role="small")
-    return large, StaticView(small, input_ids, length, compile)
+    return large, StaticView(small, input_ids, length, compile, role="small")
 
 
 @torch.inference_mode()
