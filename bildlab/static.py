@@ -118,20 +118,23 @@ class StaticView(View):
         """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
         n = end - self.cached
         width = next((b for b in BUCKETS if b >= n), None) if self.compile and self.cached > 0 else None
-        forward = self.forward if width is not None else self.model
-        width = width or n
         new = seq[:, self.cached : end]
-        if width > n:  # padded with the last token: causally after the real ones, its outputs are never read
-            new = torch.cat([new, new[:, -1:].expand(1, width - n)], 1)
         kwargs = {self.cache_kw: self.cache, "use_cache": True}
+        if width is None:  # eager
+            width, forward = n, self.model
+        else:  # compiled: a fresh [1, width] tensor (a slice's stride would change with the buffer), width static
+            forward = self.forward
+            new = torch.cat([new, new[:, -1:].expand(1, width - n)], 1) if width > n else new[0].clone()[None]
+            torch._dynamo.mark_static(new, 1)  # the encoder's length may vary (one graph), the bucket may not
         if self.encoder_decoder:
             kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
         else:
             kwargs["input_ids"] = new
             if self.positions:  # padded positions repeat the last real one (their outputs are never read)
                 kwargs["position_ids"] = (self.cached + torch.arange(width, device=seq.device).clamp(max=n - 1))[None]
+                torch._dynamo.mark_static(kwargs["position_ids"], 1)
             if self.keep_kw:
-                kwargs["logits_to_keep"] = keep if width == n else 0
+                kwargs["logits_to_keep"] = keep if forward is self.model else 0  # compiled: one constant
         logits = forward(**kwargs).logits
         if width > n:
             self._back(width - n)  # the padding's positions: written, and moved back at once
@@ -203,14 +206,17 @@ def warm_up(model: PreTrainedModel, input_ids: torch.Tensor, small: PreTrainedMo
 
     t0 = _clock(input_ids.device)
     input_ids = input_ids if input_ids.dim() == 2 else input_ids[None]
+    sources = [input_ids]
+    if model.config.is_encoder_decoder:  # a second source length: the graphs that take any length are built too
+        sources.append(torch.cat([input_ids, input_ids[:, -1:]], 1))
     for m in [model] + ([small] if small is not None and small is not model else []):
-        prefix = (torch.tensor([[_decoder_start(m)]], device=input_ids.device) if m.config.is_encoder_decoder
-                  else input_ids)
-        length = cache_length(prefix.shape[1], max_new_tokens)
-        seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
-        view = StaticView(m, input_ids, length, compile=True)
-        view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
-        for b in BUCKETS:
-            view.logits(seq, view.cached + b, b)
-            view.crop(prefix.shape[1])
+        for x in sources:
+            prefix = (torch.tensor([[_decoder_start(m)]], device=x.device) if m.config.is_encoder_decoder else x)
+            length = cache_length(prefix.shape[1], max_new_tokens)
+            seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
+            view = StaticView(m, x, length, compile=True)
+            view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
+            for b in BUCKETS:
+                view.logits(seq, view.cached + b, b)
+                view.crop(prefix.shape[1])
     return _clock(input_ids.device) - t0
