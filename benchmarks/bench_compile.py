@@ -46,7 +46,9 @@ SPEEDUPS = (("greedy compiled", "greedy", 1.5), ("greedy static", "greedy", None
 
 
 def zoo(name, n, device, aligned):
-    pair = bildlab.load_pair(name, aligned=aligned, device=device)
+    from bildlab.models import TOY_PAIRS
+
+    pair = bildlab.load_pair(name, aligned=aligned and TOY_PAIRS[name][2] is not None, device=device)
     refs = [ex["target"] for ex in bildlab.load_task(pair.task, "test", limit=n)]
     return pair.large, pair.small, pair.inputs("test", limit=n), refs, pair.decode
 
@@ -80,7 +82,7 @@ def measure(name, args):
     seconds = {r: [row[r]["seconds"] for row in rows] for r in ROWS}
     outputs = {r: [row[r]["tokens"] for row in rows] for r in ROWS}
     print(f"\n== {name}: {len(inputs)} inputs (after {args.warmup} warm-up decodes), k={args.k}, "
-          f"(rb, fb)=({args.rollback}, {args.fallback}), {'aligned' if args.aligned else 'unaligned'} small, "
+          f"(rb, fb)=({args.rollback}, {args.fallback}), {'aligned' if args.aligned else 'unaligned'} small if any, "
           f"threads={args.threads}, device={large.device}, max_new_tokens={args.max_new_tokens}")
     print(f"compilation (static.warm_up, untimed): {compile_seconds:.1f} s; timed run {time.perf_counter() - t0:.0f} s")
     bleu = {}
@@ -116,7 +118,7 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=4, help="draft length for speculative / assisted (default 4)")
     ap.add_argument("--fallback", type=float, default=0.5)
     ap.add_argument("--rollback", type=float, default=0.5)
-    ap.add_argument("--aligned", action="store_true", help="the aligned small model (zoo pairs)")
+    ap.add_argument("--aligned", action="store_true", help="the aligned small model (zoo pairs that have one)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
     args = ap.parse_args(argv)

@@ -41,6 +41,7 @@ CACHES = ("dynamic", "static")
 BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
 LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
 
+OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled forward
 
@@ -97,7 +98,7 @@ def compiled(model: PreTrainedModel):
         limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
         mode = "reduce-overhead" if model.device.type == "cuda" else None
-        fn = _COMPILED[model] = torch.compile(model.forward, mode=mode)
+        fn = _COMPILED[model] = torch.compile(model.forward, mode=mode, options=OPTIONS)
     return fn
 
 
@@ -110,6 +111,7 @@ class StaticView(View):
         require(model, static, length, compile, role)
         super().__init__(model, input_ids)  # the encoder runs once; the dynamic cache it builds is replaced
         self.length, self.compile, self.self_cache = length, compile, static
+        self.sliding = any(isinstance(layer, StaticSlidingWindowLayer) for layer in static.layers)
         self.forward = compiled(model) if compile else model
         # cross-attention: computed once, at the first decoder call, then read
         self.cache = EncoderDecoderCache(static, DynamicCache()) if self.encoder_decoder else static
@@ -144,8 +146,12 @@ class StaticView(View):
         return logits[0, -keep:].float()
 
     def _back(self, count: int, layers=None) -> None:
-        for layer in (self.self_cache.layers if layers is None else layers):
-            layer.crop(-count)  # StaticLayer: an in-place subtraction of its position tensor (no copy)
+        layers = self.self_cache.layers if layers is None else layers
+        if self.sliding:  # a sliding layer keeps a Python int beside its position tensor: its own crop moves both
+            for layer in layers:
+                layer.crop(-count)
+        else:  # StaticLayer.crop, for all layers in one call: their position tensors move back (nothing is copied)
+            torch._foreach_sub_([layer.cumulative_length for layer in layers], count)
 
     def crop(self, length: int) -> None:
         """Move the position back to `length`: rejected positions stay in memory, past the end, never seen again."""
@@ -164,7 +170,7 @@ class StaticEarlyExitView(StaticView):
         fwd = capabilities.forward(model)
         self.cache_kw, self.keep_kw = fwd.cache_kw, fwd.keep_kw
         self.encoder_outputs = getattr(large, "encoder_outputs", None)
-        self.cache, self.self_cache, self.length = large.cache, large.self_cache, large.length
+        self.cache, self.self_cache, self.length, self.sliding = large.cache, large.self_cache, large.length, large.sliding
         self.compile = large.compile
         self.forward = compiled(model) if self.compile else model
         self.depth = len(decoder_layers(model))

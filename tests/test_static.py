@@ -158,9 +158,10 @@ def test_sliding_window_layers_refused_or_exact():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "t5"])
-def test_compiled_steps_equal_eager(pairs, arch):
+@pytest.mark.parametrize("draft", ["perturbed", "exit"])
+def test_compiled_steps_equal_eager(pairs, arch, draft):
     large, drafts = pairs[arch]
-    small = drafts["perturbed"]
+    small = drafts[draft]
     seconds = static.warm_up(large, prompt(0), small=small, max_new_tokens=N_NEW)
     assert seconds > 0
     for seed in range(3):
