@@ -74,7 +74,7 @@ def measure(name, args):
     policy = dict(max_new_tokens=args.max_new_tokens, eos=eos, k=args.k, fallback=args.fallback,
                   rollback=args.rollback)
     with timing.fixed_threads(args.threads):
-        compile_seconds = static.warm_up(large, inputs[0], small=small, max_new_tokens=args.max_new_tokens)
+        compile_seconds = static.warm_up(large, inputs, small=small, max_new_tokens=args.max_new_tokens)
     runners = {row: (lambda m, kw: lambda x, i: run(m, large, small, x, **policy, **kw))(*ROWS[row]) for row in ROWS}
     t0 = time.perf_counter()
     rows = timing.interleave(inputs, runners, warmup=args.warmup, threads=args.threads, repeats=args.repeats,

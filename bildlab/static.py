@@ -91,15 +91,17 @@ def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> Sta
     return cache
 
 
-def compiled(model: PreTrainedModel):
-    """The model's forward compiled once (held per model): CUDA graphs on a GPU, the default mode on CPU."""
-    fn = _COMPILED.get(model)
-    if fn is None:
+def compiled(model: PreTrainedModel, part: str = "forward"):
+    """The model's forward (or its encoder's, `part="encoder"`) compiled once, held per model: CUDA graphs on a GPU,
+    the default mode on CPU."""
+    held = _COMPILED.setdefault(model, {})
+    if part not in held:
         limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
         mode = "reduce-overhead" if model.device.type == "cuda" else None
-        fn = _COMPILED[model] = torch.compile(model.forward, mode=mode, options=OPTIONS)
-    return fn
+        fn = model.get_encoder().forward if part == "encoder" else model.forward
+        held[part] = torch.compile(fn, mode=mode, options=OPTIONS)
+    return held[part]
 
 
 class StaticView(View):
@@ -109,17 +111,37 @@ class StaticView(View):
                  role: str = "model"):
         static = _static_cache(model, length, input_ids.device, role)
         require(model, static, length, compile, role)
-        super().__init__(model, input_ids)  # the encoder runs once; the dynamic cache it builds is replaced
+        self.model, self.encoder_decoder = model, bool(model.config.is_encoder_decoder)
+        fwd = capabilities.forward(model)
+        self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
         self.length, self.compile, self.self_cache = length, compile, static
         self.sliding = any(isinstance(layer, StaticSlidingWindowLayer) for layer in static.layers)
         self.forward = compiled(model) if compile else model
+        self.graphs = compile and model.device.type == "cuda"  # CUDA graphs: outputs are overwritten by the next run
+        self.cached, self.calls, self.seconds = 0, 0, 0.0
+        t0 = _clock(input_ids.device)
+        if self.encoder_decoder:  # once per input; compiled, any source length takes one graph
+            encoder = compiled(model, "encoder") if compile else model.get_encoder()
+            self._step()
+            # compiled: a copy made here, as every input's (a caller's tensor may carry other dispatch keys)
+            self.encoder_outputs = encoder(input_ids=input_ids.clone() if compile else input_ids, return_dict=True)
+            if self.graphs:
+                self.encoder_outputs.last_hidden_state = self.encoder_outputs.last_hidden_state.clone()
         # cross-attention: computed once, at the first decoder call, then read
         self.cache = EncoderDecoderCache(static, DynamicCache()) if self.encoder_decoder else static
+        self.seconds += _clock(input_ids.device) - t0
+
+    def _step(self) -> None:
+        if self.graphs:  # the previous run's outputs are no longer read (cloned where kept)
+            torch.compiler.cudagraph_mark_step_begin()
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
         """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
         n = end - self.cached
-        width = next((b for b in BUCKETS if b >= n), None) if self.compile and self.cached > 0 else None
+        # compiled: every call of at most BUCKETS[-1] positions but the first (a prompt; the cross-attention keys,
+        # computed once and kept)
+        eager = not self.compile or self.cached == 0
+        width = None if eager else next((b for b in BUCKETS if b >= n), None)
         new = seq[:, self.cached : end]
         kwargs = {self.cache_kw: self.cache, "use_cache": True}
         if width is None:  # eager
@@ -137,13 +159,16 @@ class StaticView(View):
                 torch._dynamo.mark_static(kwargs["position_ids"], 1)
             if self.keep_kw:
                 kwargs["logits_to_keep"] = keep if forward is self.model else 0  # compiled: one constant
+        if forward is not self.model:
+            self._step()
         logits = forward(**kwargs).logits
         if width > n:
             self._back(width - n)  # the padding's positions: written, and moved back at once
             logits = logits[:, :n]
         self.cached = end
         self.calls += 1
-        return logits[0, -keep:].float()
+        logits = logits[0, -keep:].float()
+        return logits.clone() if self.graphs else logits
 
     def _back(self, count: int, layers=None) -> None:
         layers = self.self_cache.layers if layers is None else layers
@@ -171,7 +196,7 @@ class StaticEarlyExitView(StaticView):
         self.cache_kw, self.keep_kw = fwd.cache_kw, fwd.keep_kw
         self.encoder_outputs = getattr(large, "encoder_outputs", None)
         self.cache, self.self_cache, self.length, self.sliding = large.cache, large.self_cache, large.length, large.sliding
-        self.compile = large.compile
+        self.compile, self.graphs = large.compile, large.graphs
         self.forward = compiled(model) if self.compile else model
         self.depth = len(decoder_layers(model))
         self.cached = large.cached
@@ -204,25 +229,23 @@ def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torc
 
 
 @torch.inference_mode()
-def warm_up(model: PreTrainedModel, input_ids: torch.Tensor, small: PreTrainedModel | None = None,
-            max_new_tokens: int = 128, **kwargs) -> float:
-    """Compile every bucket's step for `model` (and `small`) ahead of timing: seconds spent (compilation mostly).
-    Feeds each bucket once on a throwaway decode of `input_ids`; outputs are not kept."""
-    from .decoding import _decoder_start  # (decoding imports this module)
-
-    t0 = _clock(input_ids.device)
-    input_ids = input_ids if input_ids.dim() == 2 else input_ids[None]
-    sources = [input_ids]
-    if model.config.is_encoder_decoder:  # a second source length: the graphs that take any length are built too
-        sources.append(torch.cat([input_ids, input_ids[:, -1:]], 1))
-    for m in [model] + ([small] if small is not None and small is not model else []):
+def warm_up(model: PreTrainedModel, inputs, small: PreTrainedModel | None = None, max_new_tokens: int = 128) -> float:
+    """Compile every bucket's step for `model` (and `small`) ahead of timing, for the cache lengths that `inputs` (a
+    [1, n] tensor or a list of them) need: seconds spent, compilation mostly. Outputs are not kept."""
+    inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    inputs = [x if x.dim() == 2 else x[None] for x in inputs]
+    t0 = _clock(inputs[0].device)
+    if model.config.is_encoder_decoder:  # two source lengths: the graphs that take any length are built too
+        sources = [inputs[0], torch.cat([inputs[0], inputs[0][:, -1:]], 1)]
+    else:  # one prompt per cache length
+        sources = list({cache_length(x.shape[1], max_new_tokens): x for x in inputs}.values())
+    for m, role in [(model, "model")] + ([(small, "small")] if small is not None else []):
         for x in sources:
-            prefix = (torch.tensor([[_decoder_start(m)]], device=x.device) if m.config.is_encoder_decoder else x)
-            length = cache_length(prefix.shape[1], max_new_tokens)
+            prefix = x[:, :1] if m.config.is_encoder_decoder else x  # any token compiles the same graphs
             seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
-            view = StaticView(m, x, length, compile=True)
+            view = StaticView(m, x, cache_length(prefix.shape[1], max_new_tokens), compile=True, role=role)
             view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
             for b in BUCKETS:
                 view.logits(seq, view.cached + b, b)
                 view.crop(prefix.shape[1])
-    return _clock(input_ids.device) - t0
+    return _clock(inputs[0].device) - t0
