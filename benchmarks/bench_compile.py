@@ -89,8 +89,11 @@ def measure(name, args):
     if refs is not None:
         data = {r: metrics.sentence_data("bleu", [decode(t) for t in outputs[r]], refs) for r in ROWS}
         bleu = {r: metrics.corpus("bleu", data[r], list(range(len(refs))))[0] for r in ROWS}
-        lo, hi = intervals(lambda idx: [metrics.corpus("bleu", data[r], idx) - metrics.corpus("bleu", data["greedy"], idx)
-                                        for r in ROWS], len(refs))
+        def change(idx):  # every row's BLEU change against greedy, on the same resamples (paired)
+            base = metrics.corpus("bleu", data["greedy"], idx)
+            return [metrics.corpus("bleu", data[r], idx) - base for r in ROWS]
+
+        lo, hi = intervals(change, len(refs))
         delta = {r: (bleu[r] - bleu["greedy"], lo[j], hi[j]) for j, r in enumerate(ROWS)}
     print(f"{'row':>22} | {'tokens/s':>9} | {'same as greedy':>14} | {'BLEU (change vs greedy)':>30}")
     for r in ROWS:

@@ -229,18 +229,16 @@ def generate(
         accept = _accept_greedy
     needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
 
+    # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
     runs_draft = small is not None and method != "prompt-lookup" and not stop(0, None)
-    if cache == "static":
+    if cache == "static":  # preallocated caches: a rollback moves a position (static.py)
         large, drafter = static.views(model, small, input_ids, P, max_new_tokens, compile, runs_draft)
     else:
-        large = View(model, input_ids)
-    # prompt lookup drafts from the context, on the host (the committed tokens are there after each verification)
-    lookup = NgramDraft(input_ids[0].tolist(), ngram, k, eos) if method == "prompt-lookup" else None
-    # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
-    if cache == "dynamic":
-        drafter = None
+        large, drafter = View(model, input_ids), None
         if runs_draft:
             drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
+    # prompt lookup drafts from the context, on the host (the committed tokens are there after each verification)
+    lookup = NgramDraft(input_ids[0].tolist(), ngram, k, eos) if method == "prompt-lookup" else None
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
                  rollbacks=0)
     pos = P  # committed length of `seq`

@@ -8,20 +8,21 @@ visible (the causal mask hides every position after the last one fed; the next f
 
     view          one model's cache                         rollback
     View          DynamicCache (views.py)                   crop: tensors sliced
-    StaticView    StaticCache, the same buffer per model    the position moves back (one in-place subtraction a layer)
-                  and cache length, reset for each input
+    StaticView    StaticCache, the same buffer per model,   the position moves back (one in-place op for all
+                  role and cache length, reset per input    layers)
 
 Encoder outputs are computed once per input and the cross-attention keys and values once, at the first decoder call
 (transformers' `EncoderDecoderCache.is_updated`); an early exit of the large model (`early_exit.py`) writes the
 large model's own static cache, its bottom layers, which it moves back at hand-over.
 
-With `compile=True` each model's forward is compiled once (`torch.compile`, mode "reduce-overhead", CUDA graphs, on a
-GPU; the default mode on CPU) and every call after the prefill feeds a fixed number of positions: the fed chunk is
-padded up to the next of `BUCKETS`, the padding written past the real positions and moved back at once, so the
-compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to a multiple of
-`LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph. A chunk longer than the largest
-bucket (a prompt) runs eagerly on the same cache. Compilation happens at the first call of each shape: `warm_up` runs
-those calls ahead, once, so that no timed example pays for it.
+With `compile=True` each model's forward and encoder are compiled once (`torch.compile`, mode "reduce-overhead",
+CUDA graphs, on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of positions:
+the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and moved back at
+once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to
+a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph. A chunk longer
+than the largest bucket runs eagerly on the same cache, as does the first call (a prompt; the cross-attention keys
+and values). Compilation happens at the first call of each shape: `warm_up` runs those calls ahead, once, so that no
+timed example pays for it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer sh
 
 OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled forward
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {"forward"/"encoder": compiled}
 
 
 def check(cache: str, compile: bool) -> None:
@@ -195,7 +196,8 @@ class StaticEarlyExitView(StaticView):
         fwd = capabilities.forward(model)
         self.cache_kw, self.keep_kw = fwd.cache_kw, fwd.keep_kw
         self.encoder_outputs = getattr(large, "encoder_outputs", None)
-        self.cache, self.self_cache, self.length, self.sliding = large.cache, large.self_cache, large.length, large.sliding
+        self.cache, self.self_cache, self.length = large.cache, large.self_cache, large.length
+        self.sliding = large.sliding
         self.compile, self.graphs = large.compile, large.graphs
         self.forward = compiled(model) if self.compile else model
         self.depth = len(decoder_layers(model))
