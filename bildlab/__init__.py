@@ -6,7 +6,7 @@ __version__ = "0.2.0"
 # the public names, imported on first use: the command line starts (and fails on a bad parameter) without loading
 # transformers' modeling code
 _HOME = {"METHODS": "decoding", "Output": "decoding", "generate": "decoding", "generate_batch": "batch",
-         "exit_draft": "early_exit", "Unsupported": "capabilities",
+         "warm_up": "static", "exit_draft": "early_exit", "Unsupported": "capabilities",
          "load_pair": "models", "load_task": "tasks", "task_metric": "tasks", "TOY_TASKS": "tasks",
          "PAPER_TASKS": "tasks", "bleu": "metrics", "rouge_l": "metrics", "score": "metrics"}
 __all__ = [*_HOME, "__version__"]

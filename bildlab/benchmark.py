@@ -60,13 +60,15 @@ def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k
 
 
 def run(name: str, large, small, input_ids, *, max_new_tokens: int, eos, k: int = 4, fallback: float = 0.6,
-        rollback: float = 5.0, max_small_steps: int = 10) -> tuple[list[int], dict]:
-    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted")."""
+        rollback: float = 5.0, max_small_steps: int = 10, cache: str = "dynamic",
+        compile: bool = False) -> tuple[list[int], dict]:
+    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted"); `cache`,
+    `compile`: bildlab's engine (`decoding.generate`)."""
     if name in ("hf_greedy", "hf_assisted"):
         assistant = small if name == "hf_assisted" else None
         return hf_generate(large, input_ids, max_new_tokens=max_new_tokens, eos=eos, assistant=assistant, k=k), {}
     out = generate(large, input_ids, small=small, method=name, max_new_tokens=max_new_tokens, eos_token_id=eos, k=k,
-                   fallback=fallback, rollback=rollback, max_small_steps=max_small_steps)
+                   fallback=fallback, rollback=rollback, max_small_steps=max_small_steps, cache=cache, compile=compile)
     return out.tokens, out.stats
 
 

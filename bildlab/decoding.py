@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from . import static
 from .capabilities import require_pair
 from .early_exit import shares_bottom_layers
 from .lookup import NgramDraft
@@ -172,6 +173,8 @@ def generate(
     top_p: float | None = None,
     seed: int | None = None,
     ngram: int = 2,
+    cache: str = "dynamic",
+    compile: bool = False,
 ) -> Output:
     """Generate with the large `model` alone ("greedy", "sample"), helped by the `small` model ("speculative", "bild"),
     or by drafts without a model ("prompt-lookup": up to `k` tokens copied from the input and output after their last
@@ -184,9 +187,12 @@ def generate(
     Lossless modes (greedy, greedy speculative, prompt-lookup, bild with fallback=1 or rollback=0) equal the large
     model's greedy output; speculative sampling has the large model's sampling law (temperature / top-k / top-p applied
     to both). What cannot be exact for these models is refused before the first token (`capabilities.Unsupported`).
+    `cache="static"`: preallocated caches whose rollback only moves a position; `compile=True` (static only): compiled
+    steps of a few fixed shapes (`static.py`; `static.warm_up` compiles them ahead of timing).
     """
     input_ids = _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollback, max_small_steps,
                        do_sample, temperature, top_k, top_p, seed, rollback_rule, ngram)
+    static.check(cache, compile)
     require_pair(model, small, method, drafts=method == "speculative" or (method == "bild" and fallback < 1.0))
     do_sample = do_sample or method == "sample"
     eos = _eos_ids(model, eos_token_id)
@@ -223,13 +229,16 @@ def generate(
         accept = _accept_greedy
     needs_confidence = method == "bild"  # only BiLD's stop rule reads the draft's confidence (a host sync per token)
 
-    large = View(model, input_ids)
+    # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
+    runs_draft = small is not None and method != "prompt-lookup" and not stop(0, None)
+    if cache == "static":  # preallocated caches: a rollback moves a position (static.py)
+        large, drafter = static.views(model, small, input_ids, P, max_new_tokens, compile, runs_draft)
+    else:
+        large, drafter = View(model, input_ids), None
+        if runs_draft:
+            drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
     # prompt lookup drafts from the context, on the host (the committed tokens are there after each verification)
     lookup = NgramDraft(input_ids[0].tolist(), ngram, k, eos) if method == "prompt-lookup" else None
-    # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not even started
-    drafter = None
-    if small is not None and lookup is None and not stop(0, None):
-        drafter = EarlyExitView(small, large) if shares_bottom_layers(small, model) else View(small, input_ids)
     stats = dict(small_tokens=0, large_tokens=0, small_calls=0, large_calls=0, drafted=0, accepted=0, fallbacks=0,
                  rollbacks=0, drafts=0)
     accepted_at = [0] * draft_width(method, k, max_small_steps)  # drafts whose i-th token was accepted

@@ -16,8 +16,9 @@ PACKAGE = ROOT / "bildlab"
 ORDER = ["cli", "plan", "runner", "params",
          "study", "study.rq1_small_writes_most", "study.rq2_policies", "study.rq3_alignment", "study.rq4_early_exit",
          "study.rq5_main_table", "study.speculative_pipeline", "study.explained", "study.common",
-         "zoo", "card", "evaluate", "calibrate", "records", "mechanism", "costs", "distributed", "shard", "benchmark", "train", "registry", "summary",
-         "plots", "intervals", "metrics", "batch", "memory", "decoding", "lookup", "views", "capabilities", "models", "early_exit",
+         "zoo", "card", "evaluate", "calibrate", "records", "mechanism", "costs", "distributed", "shard", "benchmark",
+         "train", "registry", "summary", "plots", "intervals", "metrics", "batch", "memory", "decoding", "static",
+         "lookup", "views", "capabilities", "models", "early_exit",
          "timing",
          "tasks", "tasks.paper", "tasks.toy", "tasks.toy_mt", "tasks.toy_sum", "mirror", "atomic", ""]
 MAX_LINES = 450

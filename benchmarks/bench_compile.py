@@ -1,0 +1,142 @@
+"""Benchmark: eager vs compiled decoding steps (static caches, `torch.compile`), against transformers' references.
+
+    python benchmarks/bench_compile.py                        # toy-mt and toy-mt-llama from the shipped zoo, CPU
+    python benchmarks/bench_compile.py --pair toy-mt --n 30 --threads 1
+    python benchmarks/bench_compile.py --device cuda --pair paper-t5 --pair paper-mt5   # a GPU: the paper's sizes,
+                                                                                        # random weights, CUDA graphs
+
+Per pair, one interleaved run under bildlab's one timing protocol (`timing.interleave`: warm-up excluded, fixed
+threads, rotating order) of: transformers' greedy `generate` and assisted generation (the references); bildlab's
+greedy, BiLD and speculative decoding eager (dynamic cache, the engine's default) and compiled (`cache="static",
+compile=True`); bildlab's greedy on a static cache without compilation. The compiled steps are built first by
+`static.warm_up`, whose seconds (compilation, mostly) are reported apart and are in no timed example. Speedups are
+ratios of summed seconds with 95% paired-bootstrap intervals (`intervals`), and for the zoo pairs the BLEU of every
+method with the change against greedy. Exits non-zero if a lossless method's outputs differ from greedy's.
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+
+import bildlab
+from bildlab import metrics, static, timing
+from bildlab.benchmark import run
+from bildlab.intervals import interval, intervals, ratio_of_sums
+
+# row -> (method, engine keywords); "hf_*" are transformers' generate
+ROWS = {
+    "hf_greedy": ("hf_greedy", {}),
+    "hf_assisted": ("hf_assisted", {}),
+    "greedy": ("greedy", {}),
+    "greedy static": ("greedy", dict(cache="static")),
+    "greedy compiled": ("greedy", dict(cache="static", compile=True)),
+    "bild": ("bild", {}),
+    "bild compiled": ("bild", dict(cache="static", compile=True)),
+    "speculative": ("speculative", {}),
+    "speculative compiled": ("speculative", dict(cache="static", compile=True)),
+}
+LOSSLESS = ("hf_assisted", "greedy static", "greedy compiled", "speculative", "speculative compiled")
+# (row, baseline, target): the issue's targets on CPU; the rest answer "does the speedup survive a compiled baseline"
+SPEEDUPS = (("greedy compiled", "greedy", 1.5), ("greedy static", "greedy", None), ("greedy", "hf_greedy", None),
+            ("bild", "greedy", None), ("bild compiled", "greedy compiled", None), ("bild compiled", "hf_greedy", 2.0),
+            ("speculative", "greedy", None), ("speculative compiled", "greedy compiled", None),
+            ("speculative compiled", "hf_assisted", 1.5))
+
+
+def zoo(name, n, device, aligned):
+    from bildlab.models import TOY_PAIRS
+
+    pair = bildlab.load_pair(name, aligned=aligned and TOY_PAIRS[name][2] is not None, device=device)
+    refs = [ex["target"] for ex in bildlab.load_task(pair.task, "test", limit=n)]
+    return pair.large, pair.small, pair.inputs("test", limit=n), refs, pair.decode
+
+
+def paper(name, n, device):
+    """Random-weight models at the paper's sizes (`paper_size.py`) and random sources of 256 tokens: speed only."""
+    from paper_size import FAMILIES, SOURCE, build
+
+    large_name, small_name, _, rows, _ = FAMILIES[name[len("paper-"):]]
+    large, _ = build(large_name, None, rows, device, torch.float32, seed=0)
+    small, _ = build(small_name, None, rows, device, torch.float32, seed=1)
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randint(3, rows, (1, SOURCE), generator=g).to(device) for _ in range(n)]
+    return large, small, inputs, None, None
+
+
+def measure(name, args):
+    if name.startswith("paper-"):
+        large, small, inputs, refs, decode = paper(name, args.n, args.device)
+    else:
+        large, small, inputs, refs, decode = zoo(name, args.n, args.device, args.aligned)
+    eos = large.generation_config.eos_token_id
+    policy = dict(max_new_tokens=args.max_new_tokens, eos=eos, k=args.k, fallback=args.fallback,
+                  rollback=args.rollback)
+    with timing.fixed_threads(args.threads):
+        compile_seconds = static.warm_up(large, inputs, small=small, max_new_tokens=args.max_new_tokens)
+    runners = {row: (lambda m, kw: lambda x, i: run(m, large, small, x, **policy, **kw))(*ROWS[row]) for row in ROWS}
+    t0 = time.perf_counter()
+    rows = timing.interleave(inputs, runners, warmup=args.warmup, threads=args.threads, repeats=args.repeats,
+                             progress=name)
+    seconds = {r: [row[r]["seconds"] for row in rows] for r in ROWS}
+    outputs = {r: [row[r]["tokens"] for row in rows] for r in ROWS}
+    print(f"\n== {name}: {len(inputs)} inputs (after {args.warmup} warm-up decodes), k={args.k}, "
+          f"(rb, fb)=({args.rollback}, {args.fallback}), {'aligned' if args.aligned else 'unaligned'} small if any, "
+          f"threads={args.threads}, device={large.device}, max_new_tokens={args.max_new_tokens}")
+    print(f"compilation (static.warm_up, untimed): {compile_seconds:.1f} s; timed run {time.perf_counter() - t0:.0f} s")
+    bleu = {}
+    if refs is not None:
+        data = {r: metrics.sentence_data("bleu", [decode(t) for t in outputs[r]], refs) for r in ROWS}
+        bleu = {r: metrics.corpus("bleu", data[r], list(range(len(refs))))[0] for r in ROWS}
+        def change(idx):  # every row's BLEU change against greedy, on the same resamples (paired)
+            base = metrics.corpus("bleu", data["greedy"], idx)
+            return [metrics.corpus("bleu", data[r], idx) - base for r in ROWS]
+
+        lo, hi = intervals(change, len(refs))
+        delta = {r: (bleu[r] - bleu["greedy"], lo[j], hi[j]) for j, r in enumerate(ROWS)}
+    print(f"{'row':>22} | {'tokens/s':>9} | {'same as greedy':>14} | {'BLEU (change vs greedy)':>30}")
+    for r in ROWS:
+        tps = sum(map(len, outputs[r])) / sum(seconds[r])
+        same = sum(a == b for a, b in zip(outputs[r], outputs["greedy"]))
+        q = f"{bleu[r]:.2f} ({delta[r][0]:+.2f} [{delta[r][1]:+.2f}, {delta[r][2]:+.2f}])" if bleu else "-"
+        print(f"{r:>22} | {tps:9.1f} | {same:>6}/{len(inputs):<7} | {q:>30}")
+    print("speedups (ratio of summed seconds, 95% paired-bootstrap interval):")
+    for r, base, target in SPEEDUPS:
+        x = sum(seconds[base]) / sum(seconds[r])
+        lo, hi = interval(lambda idx: ratio_of_sums(seconds[base], seconds[r], idx), len(inputs))
+        verdict = "" if target is None else f"  target >= {target}x: {'met' if x >= target else 'NOT met'}"
+        print(f"  {r} / {base}: {x:.2f}x [{lo:.2f}, {hi:.2f}]{verdict}")
+    return [r for r in LOSSLESS if outputs[r] != outputs["greedy"]]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", action="append", help="toy-mt, toy-sum, toy-mt-llama, paper-t5 or paper-mt5 "
+                    "(repeatable; default toy-mt and toy-mt-llama)")
+    ap.add_argument("--n", type=int, default=30, help="timed inputs per pair (default 30)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up decodes of the first inputs (default 2)")
+    ap.add_argument("--repeats", type=int, default=1, help="timings per input and row, median kept (default 1)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--k", type=int, default=4, help="draft length for speculative / assisted (default 4)")
+    ap.add_argument("--fallback", type=float, default=0.5)
+    ap.add_argument("--rollback", type=float, default=0.5)
+    ap.add_argument("--aligned", action="store_true", help="the aligned small model (zoo pairs that have one)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
+    args = ap.parse_args(argv)
+    pairs = args.pair or ["toy-mt", "toy-mt-llama"]
+    known = ("toy-mt", "toy-sum", "toy-mt-llama", "paper-t5", "paper-mt5")
+    if not set(pairs) <= set(known):
+        ap.error(f"--pair must be among {', '.join(known)}; got {pairs}")
+    differ = {name: measure(name, args) for name in pairs}
+    bad = {name: rows for name, rows in differ.items() if rows}
+    if bad:
+        print("NOT IDENTICAL to greedy:", bad)
+        return 1
+    print("lossless rows: identical outputs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

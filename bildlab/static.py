@@ -1,0 +1,253 @@
+"""Static caches whose rollback is free, and compiled decoding steps (`generate(..., cache="static", compile=True)`).
+
+gpt-fast's way over unmodified transformers models: every model gets a preallocated `StaticCache` sized to the
+input, the budget and the longest fed chunk; keys and values are written at the cache's current position
+(transformers 5.x keeps it in a tensor per layer, `StaticLayer.cumulative_length`) and attention is masked by
+position, so a rollback only moves the position back: nothing is copied, and a stale position past the end is never
+visible (the causal mask hides every position after the last one fed; the next feed overwrites it).
+
+    view          one model's cache                         rollback
+    View          DynamicCache (views.py)                   crop: tensors sliced
+    StaticView    StaticCache, the same buffer per model,   the position moves back (one in-place op for all
+                  role and cache length, reset per input    layers)
+
+Encoder outputs are computed once per input and the cross-attention keys and values once, at the first decoder call
+(transformers' `EncoderDecoderCache.is_updated`); an early exit of the large model (`early_exit.py`) writes the
+large model's own static cache, its bottom layers, which it moves back at hand-over.
+
+With `compile=True` each model's forward and encoder are compiled once (`torch.compile`, mode "reduce-overhead",
+CUDA graphs, on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of positions:
+the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and moved back at
+once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to
+a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph. A chunk longer
+than the largest bucket runs eagerly on the same cache, as does the first call (a prompt; the cross-attention keys
+and values). Compilation happens at the first call of each shape: `warm_up` runs those calls ahead, once, so that no
+timed example pays for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel, StaticCache
+from transformers.cache_utils import StaticSlidingWindowLayer
+
+from . import capabilities
+from .early_exit import decoder_layers, shares_bottom_layers
+from .timing import clock as _clock
+from .views import View
+
+CACHES = ("dynamic", "static")
+BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
+LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
+
+OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {"forward"/"encoder": compiled}
+
+
+def check(cache: str, compile: bool) -> None:
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(map(repr, CACHES))}; got {cache!r}")
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False; got {compile!r}")
+    if compile and cache != "static":
+        raise ValueError("compile=True needs cache='static' (a dynamic cache changes shape at every step)")
+
+
+def cache_length(prefix: int, max_new_tokens: int) -> int:
+    """Positions a model's static cache holds: the prefix, the budget, and the padding of the largest bucket."""
+    need = prefix + max_new_tokens + BUCKETS[-1]
+    return -(-need // LENGTH_STEP) * LENGTH_STEP
+
+
+def require(model: PreTrainedModel, cache: StaticCache, length: int, compile: bool, role: str = "model") -> None:
+    """Refuse, naming the model, what its static cache cannot do exactly: layers that are not attention layers (a
+    recurrent state), sliding-window layers whose window is shorter than the cache (a rollback past an evicted position
+    could not be undone: transformers' `is_croppable`), and sliding-window layers compiled (their position is a
+    Python int, one graph per position)."""
+    name = f"{type(model).__name__} (the {role})"
+    kinds = {type(layer).__name__ for layer in cache.layers}
+    if kinds - {"StaticLayer", "StaticSlidingWindowLayer"}:
+        raise ValueError(f"cache='static': {name} has cache layers {sorted(kinds)}; bildlab's static cache takes "
+                         "attention layers only: use cache='dynamic'")
+    sliding = [layer for layer in cache.layers if isinstance(layer, StaticSlidingWindowLayer)]
+    if sliding and not cache.is_croppable:
+        raise ValueError(f"cache='static': {name} has sliding-window layers (window {sliding[0].max_cache_len}) "
+                         f"shorter than the static cache ({length} positions): a rollback could not "
+                         "restore evicted positions; lower max_new_tokens or use cache='dynamic'")
+    if sliding and compile:
+        raise ValueError(f"compile=True: {name} has sliding-window layers, whose cache position is a Python int "
+                         "(a compiled graph per position); use compile=False (cache='static' works eagerly)")
+
+
+def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> StaticCache:
+    """The model's cache of this length in this role (a model that drafts for itself holds two), reset."""
+    held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype, role)
+    cache = held.get(key)
+    if cache is None:
+        cache = held[key] = StaticCache(config=model.config, max_cache_len=length)
+    cache.reset()  # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
+    return cache
+
+
+def compiled(model: PreTrainedModel, part: str = "forward"):
+    """The model's forward (or its encoder's, `part="encoder"`) compiled once, held per model: CUDA graphs on a GPU,
+    the default mode on CPU."""
+    held = _COMPILED.setdefault(model, {})
+    if part not in held:
+        limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
+        mode = "reduce-overhead" if model.device.type == "cuda" else None
+        fn = model.get_encoder().forward if part == "encoder" else model.forward
+        held[part] = torch.compile(fn, mode=mode, options=OPTIONS)
+    return held[part]
+
+
+class StaticView(View):
+    """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no copy)."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, length: int, compile: bool = False,
+                 role: str = "model"):
+        static = _static_cache(model, length, input_ids.device, role)
+        require(model, static, length, compile, role)
+        self.model, self.encoder_decoder = model, bool(model.config.is_encoder_decoder)
+        fwd = capabilities.forward(model)
+        self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
+        self.length, self.compile, self.self_cache = length, compile, static
+        self.sliding = any(isinstance(layer, StaticSlidingWindowLayer) for layer in static.layers)
+        self.forward = compiled(model) if compile else model
+        self.graphs = compile and model.device.type == "cuda"  # CUDA graphs: outputs are overwritten by the next run
+        self.cached, self.calls, self.seconds = 0, 0, 0.0
+        t0 = _clock(input_ids.device)
+        if self.encoder_decoder:  # once per input; compiled, any source length takes one graph
+            encoder = compiled(model, "encoder") if compile else model.get_encoder()
+            self._step()
+            # compiled: a copy made here, as every input's (a caller's tensor may carry other dispatch keys)
+            self.encoder_outputs = encoder(input_ids=input_ids.clone() if compile else input_ids, return_dict=True)
+            if self.graphs:
+                self.encoder_outputs.last_hidden_state = self.encoder_outputs.last_hidden_state.clone()
+        # cross-attention: computed once, at the first decoder call, then read
+        self.cache = EncoderDecoderCache(static, DynamicCache()) if self.encoder_decoder else static
+        self.seconds += _clock(input_ids.device) - t0
+
+    def _step(self) -> None:
+        if self.graphs:  # the previous run's outputs are no longer read (cloned where kept)
+            torch.compiler.cudagraph_mark_step_begin()
+
+    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        n = end - self.cached
+        # compiled: every call of at most BUCKETS[-1] positions but the first (a prompt; the cross-attention keys,
+        # computed once and kept)
+        eager = not self.compile or self.cached == 0
+        width = None if eager else next((b for b in BUCKETS if b >= n), None)
+        new = seq[:, self.cached : end]
+        kwargs = {self.cache_kw: self.cache, "use_cache": True}
+        if width is None:  # eager
+            width, forward = n, self.model
+        else:  # compiled: a fresh [1, width] tensor (a slice's stride would change with the buffer), width static
+            forward = self.forward
+            new = torch.cat([new, new[:, -1:].expand(1, width - n)], 1) if width > n else new[0].clone()[None]
+            torch._dynamo.mark_static(new, 1)  # the encoder's length may vary (one graph), the bucket may not
+        if self.encoder_decoder:
+            kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
+        else:
+            kwargs["input_ids"] = new
+            if self.positions:  # padded positions repeat the last real one (their outputs are never read)
+                kwargs["position_ids"] = (self.cached + torch.arange(width, device=seq.device).clamp(max=n - 1))[None]
+                torch._dynamo.mark_static(kwargs["position_ids"], 1)
+            if self.keep_kw:
+                kwargs["logits_to_keep"] = keep if forward is self.model else 0  # compiled: one constant
+        if forward is not self.model:
+            self._step()
+        logits = forward(**kwargs).logits
+        if width > n:
+            self._back(width - n)  # the padding's positions: written, and moved back at once
+            logits = logits[:, :n]
+        self.cached = end
+        self.calls += 1
+        logits = logits[0, -keep:].float()
+        return logits.clone() if self.graphs else logits
+
+    def _back(self, count: int, layers=None) -> None:
+        layers = self.self_cache.layers if layers is None else layers
+        if self.sliding:  # a sliding layer keeps a Python int beside its position tensor: its own crop moves both
+            for layer in layers:
+                layer.crop(-count)
+        else:  # StaticLayer.crop, for all layers in one call: their position tensors move back (nothing is copied)
+            torch._foreach_sub_([layer.cumulative_length for layer in layers], count)
+
+    def crop(self, length: int) -> None:
+        """Move the position back to `length`: rejected positions stay in memory, past the end, never seen again."""
+        if self.cached > length:
+            self._back(self.cached - length)
+            self.cached = length
+
+
+class StaticEarlyExitView(StaticView):
+    """An early exit of the large model as the draft, on the large model's static cache (its bottom layers): see
+    `views.EarlyExitView`; the hand-over moves those layers' positions back to the large model's."""
+
+    def __init__(self, model: PreTrainedModel, large: StaticView):
+        self.model, self.large = model, large
+        self.encoder_decoder, self.positions = large.encoder_decoder, large.positions
+        fwd = capabilities.forward(model)
+        self.cache_kw, self.keep_kw = fwd.cache_kw, fwd.keep_kw
+        self.encoder_outputs = getattr(large, "encoder_outputs", None)
+        self.cache, self.self_cache, self.length = large.cache, large.self_cache, large.length
+        self.sliding = large.sliding
+        self.compile, self.graphs = large.compile, large.graphs
+        self.forward = compiled(model) if self.compile else model
+        self.depth = len(decoder_layers(model))
+        self.cached = large.cached
+        self.calls = 0
+        self.seconds = 0.0
+
+    def _back(self, count: int, layers=None) -> None:
+        super()._back(count, self.self_cache.layers[: self.depth])
+
+    def hand_over(self) -> None:
+        """Move the draft's own positions out of the shared bottom layers (the large model recomputes them)."""
+        if self.cached > self.large.cached:
+            self._back(self.cached - self.large.cached)
+        self.cached = self.large.cached
+
+    def crop(self, length: int) -> None:
+        self.cached = self.large.cached
+
+
+def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torch.Tensor, prefix: int,
+          max_new_tokens: int, compile: bool, drafts: bool) -> tuple[StaticView, StaticView | None]:
+    """The large model's view and the draft's (None where no draft runs), on static caches."""
+    length = cache_length(prefix, max_new_tokens)
+    large = StaticView(model, input_ids, length, compile)
+    if not drafts:
+        return large, None
+    if shares_bottom_layers(small, model):
+        return large, StaticEarlyExitView(small, large)
+    return large, StaticView(small, input_ids, length, compile, role="small")
+
+
+@torch.inference_mode()
+def warm_up(model: PreTrainedModel, inputs, small: PreTrainedModel | None = None, max_new_tokens: int = 128) -> float:
+    """Compile every bucket's step for `model` (and `small`) ahead of timing, for the cache lengths that `inputs` (a
+    [1, n] tensor or a list of them) need: seconds spent, compilation mostly. Outputs are not kept."""
+    inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    inputs = [x if x.dim() == 2 else x[None] for x in inputs]
+    t0 = _clock(inputs[0].device)
+    if model.config.is_encoder_decoder:  # two source lengths: the graphs that take any length are built too
+        sources = [inputs[0], torch.cat([inputs[0], inputs[0][:, -1:]], 1)]
+    else:  # one prompt per cache length
+        sources = list({cache_length(x.shape[1], max_new_tokens): x for x in inputs}.values())
+    for m, role in [(model, "model")] + ([(small, "small")] if small is not None else []):
+        for x in sources:
+            prefix = x[:, :1] if m.config.is_encoder_decoder else x  # any token compiles the same graphs
+            seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
+            view = StaticView(m, x, cache_length(prefix.shape[1], max_new_tokens), compile=True, role=role)
+            view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
+            for b in BUCKETS:
+                view.logits(seq, view.cached + b, b)
+                view.crop(prefix.shape[1])
+    return _clock(inputs[0].device) - t0
