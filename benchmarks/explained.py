@@ -50,7 +50,7 @@ def main(argv=None) -> int:
               f" ms, c {costs.cost_ratio(cal):.3f}), swept in {time.perf_counter() - t1:.0f} s", file=sys.stderr)
         for r in recs:
             s = r["summary"]
-            rows.append({"pair": pair, "method": r["key"]["method"], "draft": r["key"]["draft"],
+            rows.append({"pair": pair, "method": r["key"]["method"], "draft": r["key"].get("draft") or "-",
                          "policy": r["key"]["policy"], "n": s["examples"], "speedup": s["speedup"],
                          "speedup_ci": s["speedup_ci"], "predicted": s["predicted_speedup"],
                          "predicted_ci": s["predicted_speedup_ci"], "ratio": s["measured_over_predicted"],
