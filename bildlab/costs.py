@@ -12,9 +12,9 @@ with L the source length, T the vanilla output's tokens (a greedy step: the larg
 back), C the large model's calls, D the drafted tokens (each call feeds the large model's last token and the draft
 after it, as the loop does after drafting: pass(m + 1) ~ pass(1) + m * slope, the least-squares line through the
 calibrated pass(m)), S the draft model's calls (its steps inside a draft), and every per-call cost read at the
-decode's mean prefix length (interpolated between the calibrated prefixes). The small model alone is priced by its
-own greedy step. A decoder-only model's first call is its prefill over the
-prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. Left out: the loop's own host
+decode's mean number of cached output positions (interpolated between the calibrated prefixes). The small model
+alone is priced by its own greedy step. A decoder-only model's first call is its prefill over the prompt (the
+calibration's `encoder` of a decoder-only model), not a one-token pass. Left out: the loop's own host
 work (argmax, the confidence read, n-gram search for prompt lookup, sampling), cache growth beyond the calibrated
 prefixes, and a machine's drift between the calibration and the timing.
 """
@@ -88,7 +88,7 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
     model, whose calls are its `tokens`)."""
     if method not in PRICED:
         raise ValueError(f"method must be one of {', '.join(PRICED)} to be priced; got {method!r}")
-    prefix = (source if decoder_only else 1) + tokens / 2  # the mean cached length over the decode
+    prefix = tokens / 2  # the mean number of output positions cached over the decode (the calibration's `prefix`)
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
         one = greedy_step(cal, model, prefix)
