@@ -232,6 +232,7 @@ def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int
     seconds, ci = _cost([r["decode"]["seconds"] for r in rows])
     costs["vanilla_decode"] = {"seconds": seconds, "ci": ci, "tokens": float(np.mean([len(r["decode"]["tokens"])
                                                                                           for r in rows])), "n": n}
+    costs["overhead"] = _overhead(costs, models["small"], xs[:n], max_new_tokens, threads, warmup)
     costs["batch_gain"], identical = _batch_gain(large, xs[:batch_n], batch_sizes, max_new_tokens, threads, warmup)
     machine = shard.machine(device)
     key = {"kind": "calibration", "pair": pair, "device": torch.device(device).type,
@@ -244,6 +245,49 @@ def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int
     if registry is not None:
         (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
     return record
+
+
+OVERHEAD_POLICIES = {"speculative": dict(method="speculative", k=4),
+                     "bild": dict(method="bild", fallback=0.5, rollback=3.0)}
+
+
+def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -> dict:
+    """The loop's own host work per call (the acceptance rule, the commit, the crops, BiLD's confidence read), which
+    the calls above leave out: whole decodes of the vanilla model, speculative decoding (k = 4) and BiLD (fb 0.5,
+    rb 3) on the sample, under the protocol; their time beyond what their exact counts cost on the calls above,
+    per large-model call (from the vanilla decodes) and per draft step (from each method's, after its calls)."""
+    from . import costs as pricing
+    from .decoding import generate
+
+    large, small = models
+    runners = {"greedy": lambda x, i: _out(generate(large, x, max_new_tokens=max_new_tokens))}
+    for name, policy in OVERHEAD_POLICIES.items():
+        runners[name] = (lambda p: lambda x, i: _out(generate(large, x, small=small, max_new_tokens=max_new_tokens,
+                                                              **p)))(policy)
+    rows = timing.interleave(xs, runners, warmup=min(warmup, len(xs)), threads=threads)
+    cal = {"costs": costs}
+    dec_only = not large.config.is_encoder_decoder
+
+    def residuals(name, method):  # per decode: seconds beyond its counts' price, its large calls, its draft steps
+        out = []
+        for x, r in zip(xs, rows):
+            st = r[name]["stats"]
+            extra = r[name]["seconds"] - pricing.decode_seconds(cal, method, "small", None if method == "greedy"
+                                                                else st, len(r[name]["tokens"]), x.shape[1], dec_only)
+            out.append((extra, st["large_calls"], st["small_calls"]))
+        return out
+
+    # medians over the decodes: one slow decode (the machine's other work) moves a mean, not a median
+    per_call = float(np.median([e / max(c, 1) for e, c, _ in residuals("greedy", "greedy")]))
+    out = {"large_call": per_call, "draft_step": {}, "n": len(xs)}
+    for name in OVERHEAD_POLICIES:
+        out["draft_step"][name] = float(np.median([(e - c * per_call) / max(s, 1)
+                                                   for e, c, s in residuals(name, name)]))
+    return out
+
+
+def _out(o) -> tuple[list[int], dict]:
+    return o.tokens, o.stats
 
 
 def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tuple[dict, dict]:

@@ -5,17 +5,19 @@
 
 The cost model (one decode at batch 1, the calls `decoding.generate` makes):
 
-    vanilla   encoder(L) + T * greedy step
-    policy    encoder(L) [+ the draft's encoder(L)] + C * pass(1) + D * slope + S * step
+    vanilla   encoder(L) + T * (greedy step + overhead per call)
+    policy    encoder(L) [+ the draft's encoder(L)] + C * (pass(1) + overhead per call) + D * slope
+              + S * (step + overhead per draft step)
 
 with L the source length, T the vanilla output's tokens (a greedy step: the large model's one-token steps back to
 back), C the large model's calls, D the drafted tokens (each call feeds the large model's last token and the draft
 after it, as the loop does after drafting: pass(m + 1) ~ pass(1) + m * slope, the least-squares line through the
 calibrated pass(m)), S the draft model's calls (its steps inside a draft), and every per-call cost read at the
 decode's mean number of cached output positions (interpolated between the calibrated prefixes). The small model
-alone is priced by its own greedy step. A decoder-only model's first call is its prefill over the prompt (the
-calibration's `encoder` of a decoder-only model), not a one-token pass. Left out: the loop's own host
-work (argmax, the confidence read, n-gram search for prompt lookup, sampling), cache growth beyond the calibrated
+alone is priced by its own greedy step (no overhead: that is measured on the large model's decodes). A decoder-only model's first call is its prefill over the prompt (the
+calibration's `encoder` of a decoder-only model), not a one-token pass. The overheads (the loop's host work per
+call: acceptance rule, commit, crops, BiLD's confidence read) come from the calibration's whole decodes of three fixed
+policies. Left out: host work other than theirs (n-gram search, sampling), cache growth beyond the calibrated
 prefixes, and a machine's drift between the calibration and the timing.
 """
 
@@ -89,18 +91,21 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
     if method not in PRICED:
         raise ValueError(f"method must be one of {', '.join(PRICED)} to be priced; got {method!r}")
     prefix = tokens / 2  # the mean number of output positions cached over the decode (the calibration's `prefix`)
+    over = cal["costs"].get("overhead") or {"large_call": 0.0, "draft_step": {}}  # the loop's host work per call
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
         one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
-        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one
+        extra = calls * over["large_call"] if model == "large" else 0.0  # measured on the large model's decodes
+        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + extra
     one, slope = large_pass(cal, prefix)
     calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
-    t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope
+    t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope + \
+        calls * over["large_call"]
     if steps:
         own = draft != "early-exit"  # an early exit runs on the large model's encoder outputs and cache
         t += (encoder(cal, "small", source) if own else 0.0) + max(steps - (decoder_only and own), 0) * \
-            draft_step(cal, draft, prefix)
+            draft_step(cal, draft, prefix) + steps * over["draft_step"].get(method, 0.0)
     return t
 
 
