@@ -99,7 +99,7 @@ def _speed(record: dict | None) -> str:
     s = record["summary"]
     loss = ("lossless" if sm.lossless(record) else
             f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}")
-    per_call = _per_call(record)
+    per_call = (record.get("mechanism") or {}).get("tokens_per_large_call")  # counted exactly, where it is
     calls = f"{per_call:.2f} tokens per large call, " if per_call is not None else ""
     return f"{calls}{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
 
