@@ -117,6 +117,17 @@ def _registry(args) -> int:
         if args.compact:
             n = Registry(root).compact()
             print(f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)")
+        if args.recount:
+            from .records import recount
+
+            out = recount(Registry(root), progress=not args.quiet)
+            print(f"{root}: {out['recounted']} records' mechanism counted on every example ({out['skipped']} "
+                  f"already were, or count nothing)")
+            for name in out["differ"]:
+                print(f"{root}: {name}: outputs computed again differ from the record's; left as it was",
+                      file=sys.stderr)
+            if out["differ"]:
+                return 1
         if args.unused or args.prune:
             from . import runner
             from .plan import Planner, plan, unused
@@ -299,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--prune", action="store_true", help="remove those records (listed as they go)")
     what.add_argument("--compact", action="store_true",
                       help="rewrite every record in the current storage (same values, fewer bytes)")
+    what.add_argument("--recount", action="store_true",
+                      help="count the mechanism of records counted on their timed sample only on every example "
+                           "(their outputs computed again in batches and checked against the stored ones)")
+    registry.add_argument("--quiet", action="store_true", help="no progress bar (--recount)")
     registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
                           help="the notebooks' parameters that --unused and --prune read with (default: toy)")
     registry.set_defaults(run=_registry)

@@ -7,6 +7,7 @@ import warnings
 
 from . import costs, shard, tasks, timing
 from .mechanism import mechanism
+from .models import zoo_dir
 from .decoding import _eos_ids, truncated
 from .registry import versions
 from .summary import summarize
@@ -87,7 +88,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
 def backfill_mechanism(registry) -> int:
     """Give every record of `registry` without mechanism numbers those of its timed examples (the engine's exact
     counts, kept in every record; records made before the batched outputs' counts were kept); nothing else in a
-    record changes. Returns the records rewritten."""
+    record changes. Returns the records rewritten. `recount` replaces them with every example's."""
     done = 0
     for record in registry.records():
         if record.get("mechanism") is not None:
@@ -100,6 +101,59 @@ def backfill_mechanism(registry) -> int:
             registry.put(record["key"], record)
             done += 1
     return done
+
+
+WHOLE = "every example (batched outputs)"  # the source of a mechanism counted on a record's whole split
+
+
+def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True) -> dict:
+    """Count the mechanism of every record of `registry` whose numbers are of its timed sample only, on every
+    example of its split: its policy's outputs are computed again in batches (`shard.compute_outputs`, the engine's
+    exact counts), checked against the record's stored outputs (every example's text and length) and its timed
+    examples' counts, and the record's `mechanism` is replaced; nothing else changes. One record at a time, each
+    written whole, so an interrupted recount resumes. `only(record) -> bool` picks records. A record whose outputs
+    come out different is left as it was and named in the result: {"recounted": n, "differ": [labels],
+    "skipped": n (counted already, or a method bildlab does not count)}."""
+    from .evaluate import DEFAULTS  # evaluate builds records with this module
+
+    out = {"recounted": 0, "differ": [], "skipped": 0}
+    todo = []
+    for record in registry.records():
+        m, key = record.get("mechanism"), record["key"]
+        whole = m is not None and m["examples"] == len(record["examples"]) and "timed examples" not in m["source"]
+        if whole or key["method"] in ("hf_assisted", "hf_prompt_lookup") or key["policy"].get("do_sample") \
+                or (only is not None and not only(record)):
+            out["skipped"] += 1
+        else:
+            todo.append(record)
+    todo.sort(key=lambda r: (r["key"]["pair"], r["key"]["split"]))  # a pair's models and a split's inputs once
+    bar = timing.progress_bar(todo, desc="recount (outputs in batches)") if progress else todo
+    for record in bar:
+        key = record["key"]
+        e = {**DEFAULTS, "method": key["method"], "draft": key["draft"] or "small", **key["policy"]}
+        spec = {"pair": key["pair"], "task": key["task"], "split": key["split"], "limit": key["limit"],
+                "entries": [e], "zoo": str(zoo_dir()), "device": key["device"], "threads": key["threads"],
+                "max_new_tokens": key["max_new_tokens"]}
+        tokens, _, counts = shard.compute_outputs(spec, list(range(len(record["examples"]))), ["policy0"],
+                                                  batch_size)["policy0"]
+        p = shard.load(key["pair"], e["draft"], key["device"], spec["zoo"])
+        same = all(len(t) == row["tokens"] and p.decode(t) == row["output"]
+                   for t, row in zip(tokens, record["examples"]))
+        same = same and all(_agree(shard.counts(row["stats"]), counts[i]) for i, row in enumerate(record["examples"])
+                            if row["stats"] is not None)
+        if not same:
+            out["differ"].append(f"{key['pair']} {key['split']}: {label(e)}")
+            continue
+        record["mechanism"] = mechanism(counts, [len(t) for t in tokens], WHOLE)
+        registry.put(key, record)
+        out["recounted"] += 1
+    return out
+
+
+def _agree(timed: dict, batched: dict) -> bool:
+    """A timed example's counts and its batched output's agree on every count both have (a timed row made before
+    a counter was kept lacks it; a batched BiLD row with a rollback lacks what it cannot count exactly)."""
+    return all(timed[k] == batched[k] for k in timed.keys() & batched.keys())
 
 
 def label(e: dict) -> str:

@@ -52,3 +52,29 @@ def test_a_sweeps_mechanism_is_identical_at_one_and_two_threads(fake_zoo, tmp_pa
     for m in (bild, spec, lookup):
         assert m["tokens_per_large_call"] >= 1 and 0 <= m["small_share"] <= 1
         assert m["tokens_per_large_call"] == pytest.approx(1 / m["large_calls_per_token"], rel=1e-3)
+
+
+def test_recount_counts_a_sample_counted_record_on_every_example_and_refuses_other_outputs(fake_zoo, tmp_path):
+    from bildlab import records
+    from bildlab.registry import Registry
+
+    grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}]
+    made = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, **FAST)
+    reg, whole = Registry(tmp_path), made[0]["mechanism"]
+    for r in made:  # as a record made before every example's counts were kept: its timed sample's, without drafts
+        timed = [e for e in r["examples"] if e["seconds"] is not None]
+        for e in timed:
+            e["stats"] = {k: v for k, v in e["stats"].items() if k not in ("drafts", "accepted_at")}
+        r["mechanism"] = mechanism([e["stats"] for e in timed], [e["tokens"] for e in timed], "the 3 timed examples")
+        reg.put(r["key"], r)
+    bild_key, spec_key = (r["key"] for r in made)
+    tampered = reg.get(spec_key)
+    row = tampered["examples"][0]
+    row.update(output=row["output"] + " x", identical=False)  # an output the policy does not give
+    reg.put(spec_key, tampered)
+    shard._OUTPUTS.clear()
+    out = records.recount(reg, progress=False)
+    assert out["recounted"] == 1 and out["differ"] == ["toy-mt test: speculative k=3"]
+    assert reg.get(bild_key)["mechanism"] == {**whole, "source": records.WHOLE}  # exact: as the sweep's
+    assert reg.get(spec_key)["mechanism"]["source"] == "the 3 timed examples"  # left as it was
+    assert records.recount(reg, progress=False)["recounted"] == 0  # resumed: nothing left to count but the refused
