@@ -14,7 +14,8 @@ back), C the large model's calls, D the drafted tokens (each call feeds the larg
 after it, as the loop does after drafting: pass(m + 1) ~ pass(1) + m * slope, the least-squares line through the
 calibrated pass(m)), S the draft model's calls (its steps inside a draft), and every per-call cost read at the
 decode's mean number of cached output positions (interpolated between the calibrated prefixes). The small model
-alone is priced by its own greedy step (no overhead: that is measured on the large model's decodes). A decoder-only model's first call is its prefill over the prompt (the
+alone is priced by its own greedy step and the greedy loop's overhead per call. A decoder-only model's first call is
+its prefill over the prompt (the
 calibration's `encoder` of a decoder-only model), not a one-token pass. The overheads (the loop's host work per
 call: acceptance rule, commit, crops, BiLD's confidence read) come from the calibration's whole decodes of three fixed
 policies. Left out: host work other than theirs (n-gram search, sampling), cache growth beyond the calibrated
@@ -96,8 +97,9 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
         model = "small" if method == "small" else "large"
         one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
-        extra = calls * over["large_call"] if model == "large" else 0.0  # measured on the large model's decodes
-        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + extra
+        # the greedy loop's host work per call (argmax over the vocabulary, EOS check, commit) is the same code
+        # whichever model it runs: measured on the large model's decodes, priced for the small model's too
+        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * over["large_call"]
     one, slope = large_pass(cal, prefix)
     calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
     t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope + \
