@@ -14,12 +14,12 @@ back), C the large model's calls, D the drafted tokens (each call feeds the larg
 after it, as the loop does after drafting: pass(m + 1) ~ pass(1) + m * slope, the least-squares line through the
 calibrated pass(m)), S the draft model's calls (its steps inside a draft), and every per-call cost read at the
 decode's mean number of cached output positions (interpolated between the calibrated prefixes). The small model
-alone is priced by its own greedy step and the greedy loop's overhead per call. A decoder-only model's first call is
-its prefill over the prompt (the
-calibration's `encoder` of a decoder-only model), not a one-token pass. The overheads (the loop's host work per
-call: acceptance rule, commit, crops, BiLD's confidence read) come from the calibration's whole decodes of three fixed
-policies. Left out: host work other than theirs (n-gram search, sampling), cache growth beyond the calibrated
-prefixes, and a machine's drift between the calibration and the timing.
+alone is priced by its own greedy step and the greedy loop's overhead per call; prompt lookup (no draft model between
+its passes) by the greedy step in place of pass(1), which is measured after draft steps. A decoder-only model's first
+call is its prefill over the prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. The
+overheads (the loop's host work per call: acceptance rule, commit, crops, BiLD's confidence read) come from the
+calibration's whole decodes of three fixed policies. Left out: host work other than theirs (n-gram search,
+sampling), cache growth beyond the calibrated prefixes, and a machine's drift between the calibration and the timing.
 """
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
         # whichever model it runs: measured on the large model's decodes, priced for the small model's too
         return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * over["large_call"]
     one, slope = large_pass(cal, prefix)
+    if method == "prompt-lookup":  # no draft model between its passes: their one-token part is a greedy step's
+        one = greedy_step(cal, "large", prefix)
     calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
     t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope + \
         calls * over["large_call"]
