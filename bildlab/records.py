@@ -104,12 +104,13 @@ def backfill_mechanism(registry) -> int:
 
 
 WHOLE = "every example (batched outputs)"  # the source of a mechanism counted on a record's whole split
+SAMPLED = "every example (batch 1, seeded)"  # ... of a sampling policy's (its outputs are not computed in batches)
 
 
 def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True) -> dict:
     """Count the mechanism of every record of `registry` whose numbers are of its timed sample only, on every
     example of its split: its policy's outputs are computed again in batches (`shard.compute_outputs`, the engine's
-    exact counts), checked against the record's stored outputs (every example's text and length) and its timed
+    exact counts; a sampling policy's by the engine at batch 1 with each example's seed), checked against the record's stored outputs (every example's text and length) and its timed
     examples' counts, and the record's `mechanism` is replaced; nothing else changes. One record at a time, each
     written whole, so an interrupted recount resumes. `only(record) -> bool` picks records. A record whose outputs
     come out different is left as it was and named in the result: {"recounted": n, "differ": [labels],
@@ -121,21 +122,27 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
     for record in registry.records():
         m, key = record.get("mechanism"), record["key"]
         whole = m is not None and m["examples"] == len(record["examples"]) and "timed examples" not in m["source"]
-        if whole or key["method"] in ("hf_assisted", "hf_prompt_lookup") or key["policy"].get("do_sample") \
-                or (only is not None and not only(record)):
+        if whole or key["method"] in ("hf_assisted", "hf_prompt_lookup") or (only is not None and not only(record)):
             out["skipped"] += 1
         else:
             todo.append(record)
     todo.sort(key=lambda r: (r["key"]["pair"], r["key"]["split"]))  # a pair's models and a split's inputs once
-    bar = timing.progress_bar(todo, desc="recount (outputs in batches)") if progress else todo
+    bar = timing.progress_bar(todo, desc="recount") if progress else todo
     for record in bar:
         key = record["key"]
         e = {**DEFAULTS, "method": key["method"], "draft": key["draft"] or "small", **key["policy"]}
         spec = {"pair": key["pair"], "task": key["task"], "split": key["split"], "limit": key["limit"],
                 "entries": [e], "zoo": str(zoo_dir()), "device": key["device"], "threads": key["threads"],
                 "max_new_tokens": key["max_new_tokens"]}
-        tokens, _, counts = shard.compute_outputs(spec, list(range(len(record["examples"]))), ["policy0"],
-                                                  batch_size)["policy0"]
+        indices = list(range(len(record["examples"])))
+        if e["do_sample"]:  # sampled outputs are the engine's at batch 1, example i's seed the sweep's + i
+            pairs, xs = shard._models_and_inputs(spec, indices)
+            run = shard._policy_runner(pairs[e["draft"]], e, key["seed"], key["max_new_tokens"])
+            with timing.fixed_threads(key["threads"]):
+                made = [run(x, i) for i, x in zip(indices, xs)]
+            tokens, counts = [t for t, _ in made], [shard.counts(st) for _, st in made]
+        else:
+            tokens, _, counts = shard.compute_outputs(spec, indices, ["policy0"], batch_size)["policy0"]
         p = shard.load(key["pair"], e["draft"], key["device"], spec["zoo"])
         same = all(len(t) == row["tokens"] and p.decode(t) == row["output"]
                    for t, row in zip(tokens, record["examples"]))
@@ -144,7 +151,7 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
         if not same:
             out["differ"].append(f"{key['pair']} {key['split']}: {label(e)}")
             continue
-        record["mechanism"] = mechanism(counts, [len(t) for t in tokens], WHOLE)
+        record["mechanism"] = mechanism(counts, [len(t) for t in tokens], SAMPLED if e["do_sample"] else WHOLE)
         registry.put(key, record)
         out["recounted"] += 1
     return out

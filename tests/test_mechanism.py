@@ -60,21 +60,24 @@ def test_recount_counts_a_sample_counted_record_on_every_example_and_refuses_oth
 
     grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}]
     made = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, **FAST)
-    reg, whole = Registry(tmp_path), made[0]["mechanism"]
+    made += ev.sweep("toy-mt", [{"method": "speculative", "k": 3, "do_sample": True}], registry=tmp_path, **FAST)
+    reg, whole, sampled = Registry(tmp_path), made[0]["mechanism"], made[2]["mechanism"]
     for r in made:  # as a record made before every example's counts were kept: its timed sample's, without drafts
         timed = [e for e in r["examples"] if e["seconds"] is not None]
         for e in timed:
             e["stats"] = {k: v for k, v in e["stats"].items() if k not in ("drafts", "accepted_at")}
         r["mechanism"] = mechanism([e["stats"] for e in timed], [e["tokens"] for e in timed], "the 3 timed examples")
         reg.put(r["key"], r)
-    bild_key, spec_key = (r["key"] for r in made)
+    bild_key, spec_key, sample_key = (r["key"] for r in made)
     tampered = reg.get(spec_key)
     row = tampered["examples"][0]
     row.update(output=row["output"] + " x", identical=False)  # an output the policy does not give
     reg.put(spec_key, tampered)
     shard._OUTPUTS.clear()
     out = records.recount(reg, progress=False)
-    assert out["recounted"] == 1 and out["differ"] == ["toy-mt test: speculative k=3"]
+    assert out["recounted"] == 2 and out["differ"] == ["toy-mt test: speculative k=3"]
     assert reg.get(bild_key)["mechanism"] == {**whole, "source": records.WHOLE}  # exact: as the sweep's
+    assert reg.get(sample_key)["mechanism"] == {**sampled, "source": records.SAMPLED}  # batch 1, the same seeds
+    assert sampled["drafts"] > 0 and sampled["examples"] == 6
     assert reg.get(spec_key)["mechanism"]["source"] == "the 3 timed examples"  # left as it was
     assert records.recount(reg, progress=False)["recounted"] == 0  # resumed: nothing left to count but the refused
