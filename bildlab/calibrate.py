@@ -12,6 +12,7 @@ pair's validation inputs (random inputs of `lengths` tokens for a pair built wit
   policies, after `prefixes` cached positions (then cropped back, as a rollback does);
 - `small_step` and `drafts`: each draft's one-token step (the small model, the aligned one, the early exit);
 - `vanilla_decode`: a whole batch-1 greedy decode of the large model;
+- `overhead`: the loop's own host work, from whole decodes of the vanilla model and `OVERHEAD_POLICIES` (`_overhead`);
 - `batch_gain`: batch-1 seconds over batched seconds per output (`generate_batch`) at the study's batch sizes, with
   `batched_identical`, the batched outputs that equal the batch-1 ones on this device (counted).
 
@@ -247,42 +248,58 @@ def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int
     return record
 
 
-OVERHEAD_POLICIES = {"speculative": dict(method="speculative", k=4),
-                     "bild": dict(method="bild", fallback=0.5, rollback=3.0)}
+# the fixed policies whose whole decodes measure the loop's host work beyond the greedy loop's: a drafting method's
+# per draft step, prompt lookup's (no draft model) and the vanilla model's sampling ("sample", the baseline of the
+# sampling policies) per large-model call
+OVERHEAD_POLICIES = {
+    "speculative": dict(method="speculative", k=4),
+    "speculative sampling": dict(method="speculative", k=4, do_sample=True),
+    "bild": dict(method="bild", fallback=0.5, rollback=3.0),
+    "prompt-lookup": dict(method="prompt-lookup", k=4, ngram=2),
+    "sample": dict(method="sample"),
+}
 
 
 def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -> dict:
-    """The loop's own host work per call (the acceptance rule, the commit, the crops, BiLD's confidence read), which
-    the calls above leave out: whole decodes of the vanilla model, speculative decoding (k = 4) and BiLD (fb 0.5,
-    rb 3) on the sample, under the protocol; their time beyond what their exact counts cost on the calls above,
-    per large-model call (from the vanilla decodes) and per draft step (from each method's, after its calls)."""
+    """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read, sampling's
+    probabilities and draws, prompt lookup's n-gram search), which the calls above leave out: whole decodes of the
+    vanilla model and of `OVERHEAD_POLICIES` on the sample, interleaved under the protocol; their time beyond what
+    their exact counts cost on the calls above. `large_call`: the greedy loop's, per call (from the vanilla decodes);
+    beyond it, a drafting method's per draft step (`draft_step`), prompt lookup's and sampling's per large-model call
+    (`call`). Medians over the decodes: one slow decode (the machine's other work) moves a mean, not a median."""
     from . import costs as pricing
     from .decoding import generate
 
     large, small = models
     runners = {"greedy": lambda x, i: _out(generate(large, x, max_new_tokens=max_new_tokens))}
     for name, policy in OVERHEAD_POLICIES.items():
-        runners[name] = (lambda p: lambda x, i: _out(generate(large, x, small=small, max_new_tokens=max_new_tokens,
-                                                              **p)))(policy)
+        drafts = policy["method"] in ("speculative", "bild")
+        sampled = policy.get("do_sample") or policy["method"] == "sample"
+        runners[name] = (lambda p, q, seeded: lambda x, i: _out(generate(
+            large, x, small=q, max_new_tokens=max_new_tokens, seed=i if seeded else None, **p)))(
+                policy, small if drafts else None, sampled)
     rows = timing.interleave(xs, runners, warmup=min(warmup, len(xs)), threads=threads)
-    cal = {"costs": costs}
+    cal = {"costs": {**costs, "overhead": None}}
     dec_only = not large.config.is_encoder_decoder
 
-    def residuals(name, method):  # per decode: seconds beyond its counts' price, its large calls, its draft steps
+    def extra(name, method):  # per decode: seconds beyond its counts' price, its large calls, its draft steps
         out = []
         for x, r in zip(xs, rows):
             st = r[name]["stats"]
-            extra = r[name]["seconds"] - pricing.decode_seconds(cal, method, "small", None if method == "greedy"
-                                                                else st, len(r[name]["tokens"]), x.shape[1], dec_only)
-            out.append((extra, st["large_calls"], st["small_calls"]))
+            priced = pricing.decode_seconds(cal, method, "small", None if method == "greedy" else st,
+                                            len(r[name]["tokens"]), x.shape[1], dec_only)
+            out.append((r[name]["seconds"] - priced, st["large_calls"], st["small_calls"]))
         return out
 
-    # medians over the decodes: one slow decode (the machine's other work) moves a mean, not a median
-    per_call = float(np.median([e / max(c, 1) for e, c, _ in residuals("greedy", "greedy")]))
-    out = {"large_call": per_call, "draft_step": {}, "n": len(xs)}
-    for name in OVERHEAD_POLICIES:
-        out["draft_step"][name] = float(np.median([(e - c * per_call) / max(s, 1)
-                                                   for e, c, s in residuals(name, name)]))
+    per_call = float(np.median([e / max(c, 1) for e, c, _ in extra("greedy", "greedy")]))
+    out = {"large_call": per_call, "call": {}, "draft_step": {}, "n": len(xs)}
+    for name, policy in OVERHEAD_POLICIES.items():
+        method = "greedy" if name == "sample" else policy["method"]
+        got = extra(name, method)
+        if method in ("speculative", "bild"):
+            out["draft_step"][name] = float(np.median([(e - c * per_call) / max(s, 1) for e, c, s in got]))
+        else:
+            out["call"][name] = float(np.median([e / max(c, 1) - per_call for e, c, _ in got]))
     return out
 
 

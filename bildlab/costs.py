@@ -17,9 +17,11 @@ decode's mean number of cached output positions (interpolated between the calibr
 alone is priced by its own greedy step and the greedy loop's overhead per call; prompt lookup (no draft model between
 its passes) by the greedy step in place of pass(1), which is measured after draft steps. A decoder-only model's first
 call is its prefill over the prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. The
-overheads (the loop's host work per call: acceptance rule, commit, crops, BiLD's confidence read) come from the
-calibration's whole decodes of three fixed policies. Left out: host work other than theirs (n-gram search,
-sampling), cache growth beyond the calibrated prefixes, and a machine's drift between the calibration and the timing.
+overheads (the loop's host work: acceptance rule, commit, crops, BiLD's confidence read, sampling, n-gram search)
+come from the calibration's whole decodes of fixed policies (`calibrate.OVERHEAD_POLICIES`), a sampling decode's
+from sampling ones. Left out: host work that grows otherwise than theirs, the cost of a change of model on the core
+beyond the loop's pattern, cache growth beyond the calibrated prefixes, and a machine's drift between calibration
+and timing.
 """
 
 from __future__ import annotations
@@ -86,30 +88,33 @@ def draft_step(cal: dict, draft: str, prefix: float) -> float:
 
 
 def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, tokens: int, source: int,
-                   decoder_only: bool) -> float:
+                   decoder_only: bool, sampled: bool = False) -> float:
     """The predicted seconds of one decode from its exact counts (`stats`, the engine's; None for the vanilla large
-    model, whose calls are its `tokens`)."""
+    model, whose calls are its `tokens`); `sampled`: a sampling decode (the vanilla model's or the policy's), whose
+    host work per call and per draft step is the sampling loop's."""
     if method not in PRICED:
         raise ValueError(f"method must be one of {', '.join(PRICED)} to be priced; got {method!r}")
     prefix = tokens / 2  # the mean number of output positions cached over the decode (the calibration's `prefix`)
-    over = cal["costs"].get("overhead") or {"large_call": 0.0, "draft_step": {}}  # the loop's host work per call
+    over = cal["costs"].get("overhead") or {"large_call": 0.0}  # the loop's host work (calibrate._overhead)
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
         one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
         # the greedy loop's host work per call (argmax over the vocabulary, EOS check, commit) is the same code
         # whichever model it runs: measured on the large model's decodes, priced for the small model's too
-        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * over["large_call"]
+        per_call = over["large_call"] + ((over.get("call") or {}).get("sample", 0.0) if sampled else 0.0)
+        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * per_call
+    name = f"{method} sampling" if sampled else method
     one, slope = large_pass(cal, prefix)
     if method == "prompt-lookup":  # no draft model between its passes: their one-token part is a greedy step's
         one = greedy_step(cal, "large", prefix)
     calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
     t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope + \
-        calls * over["large_call"]
+        calls * (over["large_call"] + (over.get("call") or {}).get(name, 0.0))
     if steps:
         own = draft != "early-exit"  # an early exit runs on the large model's encoder outputs and cache
         t += (encoder(cal, "small", source) if own else 0.0) + max(steps - (decoder_only and own), 0) * \
-            draft_step(cal, draft, prefix) + steps * over["draft_step"].get(method, 0.0)
+            draft_step(cal, draft, prefix) + steps * (over.get("draft_step") or {}).get(name, 0.0)
     return t
 
 
@@ -126,8 +131,10 @@ def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: boo
         return empty
     decoder_only = not encoder_decoder
     method, draft = key["method"], key.get("draft", "small")
-    pm = np.array([decode_seconds(cal, method, draft, e["stats"], e["tokens"], s, decoder_only) for e, s in rows])
-    pb = np.array([decode_seconds(cal, "greedy", draft, None, e["baseline_tokens"], s, decoder_only)
+    sampled = bool((key.get("policy") or {}).get("do_sample"))
+    pm = np.array([decode_seconds(cal, method, draft, e["stats"], e["tokens"], s, decoder_only, sampled)
+                   for e, s in rows])
+    pb = np.array([decode_seconds(cal, "greedy", draft, None, e["baseline_tokens"], s, decoder_only, sampled)
                    for e, s in rows])
     t = np.array([e["seconds"] for e, _ in rows], dtype=float)
     tb = np.array([e["baseline_seconds"] for e, _ in rows], dtype=float)

@@ -112,3 +112,24 @@ def test_unpriced_methods_and_errors():
         costs.decode_seconds(calibration(), "hf_greedy", "small", None, 3, 4, False)
     with pytest.raises(ValueError, match="draft must be 'small' or one the calibration measured"):
         costs.draft_step(calibration(), "aligned", 4)
+
+
+def test_host_work_is_priced_per_call_and_per_draft_step_by_method():
+    cal = calibration()
+    cal["costs"]["overhead"] = {"large_call": 1e-4, "call": {"sample": 2e-4, "prompt-lookup": 3e-4},
+                                "draft_step": {"speculative": 4e-5, "speculative sampling": 5e-5}}
+    plain = calibration()
+    stats = dict(large_calls=4, drafted=8, small_calls=8)
+    args = (stats, 12, 6, False)
+
+    def more(method, sampled=False, st=stats):
+        return (costs.decode_seconds(cal, method, "small", st, 12, 6, False, sampled)
+                - costs.decode_seconds(plain, method, "small", st, 12, 6, False, sampled))
+
+    assert more("speculative") == pytest.approx(4 * 1e-4 + 8 * 4e-5)
+    assert more("speculative", True) == pytest.approx(4 * 1e-4 + 8 * 5e-5)  # sampling's own draws per draft step
+    assert more("prompt-lookup", st=dict(large_calls=4, drafted=8)) == pytest.approx(4 * (1e-4 + 3e-4))
+    assert more("greedy", st=None) == pytest.approx(12 * 1e-4)  # the vanilla model: one call per token
+    assert more("greedy", True, st=None) == pytest.approx(12 * (1e-4 + 2e-4))  # ... sampling
+    assert more("bild") == pytest.approx(4 * 1e-4)  # a method the calibration has no draft-step work for: none
+    assert costs.decode_seconds(cal, "speculative", "small", *args) > 0
