@@ -90,6 +90,8 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             if not isinstance(params[name], str) or not Path(params[name]).is_file():
                 raise ParameterError(f"other_calibration must be None or the path of a calibration file (bildlab "
                                      f"calibrate on that machine: its registry's .calibrations/); got {params[name]!r}")
+        elif name == "compile" and not isinstance(params[name], bool):
+            raise ParameterError(f"compile must be True or False; got {params[name]!r}")
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":
