@@ -32,7 +32,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
     for name in params:
-        if name in ("pair", "pairs", "reference_pairs"):
+        if name in ("pair", "pairs", "reference_pairs", "compiled_pairs"):
             for p in as_list(name):
                 if p is None and name == "reference_pairs":
                     continue

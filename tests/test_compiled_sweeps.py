@@ -43,7 +43,9 @@ def test_bad_compile_arguments_fail_before_any_model_loads(run, error, words):
 def test_compile_parameter_is_checked():
     with pytest.raises(ParameterError, match="compile must be True or False; got 'no'"):
         check_params({"compile": "no"})
-    check_params({"compile": True})
+    check_params({"compile": True, "compiled_pairs": ["toy-mt"]})
+    with pytest.raises(ParameterError, match="compiled_pairs: unknown pair 'toy-xx'"):
+        check_params({"compiled_pairs": ["toy-mt", "toy-xx"]})
     with pytest.raises(TypeError, match="compile must be True or False"):
         study.against_compiled("toy-mt", compile="no")
 
@@ -65,12 +67,14 @@ def _record(pair, entry, speed, base, compiled=False, n=20):
     e = {"method": "bild", "draft": "small", "fallback": 0.5, "rollback": 3.0, "k": 4, **entry}
     policy = {"k": e["k"]} if e["method"] == "speculative" else {"fallback": e["fallback"], "rollback": e["rollback"]}
     seconds = [base * (1 + i % 5 / 10) for i in range(n)]
-    rows = [{"seconds": s / speed, "baseline_seconds": s, "output": "", "stats": {}} for s in seconds]
+    rows = [{"seconds": s / speed, "baseline_seconds": s, "hf_seconds": 0.1 * (1 + i % 5 / 10), "output": "",
+             "stats": {}} for i, s in enumerate(seconds)]
     s = {"metric": "bleu", "examples": n, "identical_count": n, "speedup": speed, "speedup_ci": [speed - 0.1,
          speed + 0.1], "score": 30.0, "score_ci": [29.0, 31.0], "delta": 0.0, "delta_ci": [0, 0]}
     return {"key": {"pair": pair, "task": "toy-mt", "split": "test", "limit": n, "method": e["method"],
                     "draft": e["draft"], "policy": policy, **({"compile": True} if compiled else {})},
-            "summary": s, "examples": rows, "protocol": {"compile_seconds": 150.0} if compiled else {}}
+            "summary": s, "examples": rows, "protocol": {"compile_seconds": 150.0} if compiled else {},
+            "machines": [{"host": "vm", "platform": "Linux", "processor": "x", "device_name": "cpu"}]}
 
 
 def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp_path):
@@ -88,7 +92,9 @@ def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp
     assert calls == [("toy-mt", False, 2), ("toy-mt", True, 2)]
     assert list(r.table["policy"]) == ["speculative (k=4)", "bild (fb 0.5, rb 3)"]
     assert list(r.table["speedup, eager"]) == ["1.40x [1.30, 1.50]", "1.60x [1.50, 1.70]"]
-    assert list(r.table["greedy: compiled over eager (two runs)"]) == ["2.00x [2.00, 2.00]"] * 2
+    assert list(r.table["compiled greedy over transformers' greedy"]) == ["2.00x [2.00, 2.00]"] * 2
+    assert list(r.table["eager greedy over transformers' greedy"]) == ["1.00x [1.00, 1.00]"] * 2
+    assert list(r.table["same machine"]) == [True, True]
     assert ("On toy-mt (N = 20), speculative (k=4): 1.40x [1.30, 1.50] eager, 1.00x [0.90, 1.10] compiled, not "
             "detectably faster than compiled greedy; detectably below its eager speedup (compiled − eager -0.400x "
             "[-0.400, -0.400], paired).") in r.answer

@@ -5,8 +5,9 @@ policies timed eagerly over eager greedy, on the same examples with the same N.
 Each group of policies is swept twice with the same arguments: eagerly (the records the study already has) and with
 `compile=True` (the sweep compiles every step before it times anything). Each speedup is over its own mode's greedy,
 timed interleaved with it; the two modes are compared by the paired difference of their speedups over the same
-examples (`summary.speed_difference`). Greedy compiled against greedy eager is a ratio of times from two runs (not
-interleaved), shown for scale only."""
+examples (`summary.speed_difference`): each side a ratio within its own run, the two runs perhaps on different
+machines (said where they are). What compilation buys greedy itself is shown against transformers' greedy `generate`,
+timed interleaved in each run."""
 
 from __future__ import annotations
 
@@ -79,28 +80,35 @@ def compare(e: dict, c: dict | None) -> tuple[dict, dict]:
         return row, head
     t = c["summary"]
     d = sm.speed_difference(c, e)
-    greedy = baseline_ratio(e, c)
+    hf = {mode: greedy_over_hf(r) for mode, r in (("eager", e), ("compiled", c))}
     row.update({"identical to vanilla (compiled)": f"{t['identical_count']}/{t['examples']}",
                 "speedup, compiled": sm.fmt(t["speedup"], t["speedup_ci"], "x"),
                 "compiled − eager (paired)": sm.fmt(d["speedup_difference"], d["speedup_difference_ci"], "x",
                                                     signed=True),
-                "greedy: compiled over eager (two runs)": sm.fmt(greedy[0], greedy[1], "x"),
+                **{f"{mode} greedy over transformers' greedy": sm.fmt(*x, "x") if x else None
+                   for mode, x in hf.items()},
+                "same machine": where(e) == where(c),
                 "compilation (s)": round(c["protocol"].get("compile_seconds", 0.0))})
     head.update({"compiled": [t["speedup"], t["speedup_ci"]],
                  "difference": [d["speedup_difference"], d["speedup_difference_ci"]], "timed": d["n"],
-                 "greedy_compiled_over_eager": list(greedy), "identical": t["identical_count"]})
+                 "greedy_over_hf": hf, "same_machine": where(e) == where(c), "identical": t["identical_count"]})
     return row, head
 
 
-def baseline_ratio(e: dict, c: dict) -> tuple[float, list]:
-    """How much faster compiled greedy ran than eager greedy on the examples both timed: eager seconds over compiled
-    seconds, summed, with its 95% interval (two runs, not interleaved: for scale)."""
-    timed = [i for i, (x, y) in enumerate(zip(e["examples"], c["examples"]))
-             if x["baseline_seconds"] is not None and y["baseline_seconds"] is not None]
-    ve = np.array([e["examples"][i]["baseline_seconds"] for i in timed])
-    vc = np.array([c["examples"][i]["baseline_seconds"] for i in timed])
-    lo, hi = interval(lambda idx: ratio_of_sums(ve, vc, idx), len(timed))
-    return round(float(ve.sum() / vc.sum()), 3), [round(lo, 3), round(hi, 3)]
+def greedy_over_hf(record: dict) -> tuple[float, list] | None:
+    """How much faster the record's greedy ran than transformers' greedy `generate`, timed interleaved with it on the
+    same examples (hf seconds over greedy seconds, summed) with its 95% interval; None where it was not timed."""
+    timed = [x for x in record["examples"] if x.get("hf_seconds") is not None and x["baseline_seconds"] is not None]
+    if not timed:
+        return None
+    hf, greedy = (np.array([x[f] for x in timed]) for f in ("hf_seconds", "baseline_seconds"))
+    lo, hi = interval(lambda idx: ratio_of_sums(hf, greedy, idx), len(timed))
+    return round(float(hf.sum() / greedy.sum()), 3), [round(lo, 3), round(hi, 3)]
+
+
+def where(record: dict) -> list:
+    """The machines a record was timed on, as the comparison of two records needs them."""
+    return [(m.get("host"), m.get("platform"), m.get("processor"), m.get("device_name")) for m in record["machines"]]
 
 
 def says(pair: str, label: str, e: dict, c: dict | None, head: dict) -> str:
@@ -114,4 +122,5 @@ def says(pair: str, label: str, e: dict, c: dict | None, head: dict) -> str:
     change = ("no detectable difference from its eager speedup" if dlo <= 0 <= dhi else
               "detectably above its eager speedup" if dlo > 0 else "detectably below its eager speedup")
     return (f"On {pair} ({_n(e['summary'])}), {label}: {eager} eager, {sm.fmt(x, [lo, hi], 'x')} compiled, "
-            f"{over}; {change} (compiled − eager {sm.fmt(d, [dlo, dhi], 'x', 3, signed=True)}, paired).")
+            f"{over}; {change} (compiled − eager {sm.fmt(d, [dlo, dhi], 'x', 3, signed=True)}, paired"
+            + ("" if head["same_machine"] else "; the two were timed on different machines") + ").")
