@@ -94,7 +94,10 @@ def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp
     assert list(r.table["speedup, eager"]) == ["1.40x [1.30, 1.50]", "1.60x [1.50, 1.70]"]
     assert list(r.table["compiled greedy over transformers' greedy"]) == ["2.00x [2.00, 2.00]"] * 2
     assert list(r.table["eager greedy over transformers' greedy"]) == ["1.00x [1.00, 1.00]"] * 2
-    assert list(r.table["same machine"]) == [True, True]
+    assert list(r.table["same machine"]) == [True, True] and "another machine" not in r.answer
+    assert ("Over compiled greedy, 1 of 2 rows stay detectably faster than greedy; 1 of 2 speedups are detectably "
+            "below their eager ones and 0 above (compiled − eager -0.40x to +0.00x). Greedy over transformers' greedy "
+            "`generate` in the same runs: 1.00-1.00x eager, 2.00-2.00x compiled. On toy-mt") in r.answer
     assert ("On toy-mt (N = 20), speculative (k=4): 1.40x [1.30, 1.50] eager, 1.00x [0.90, 1.10] compiled, not "
             "detectably faster than compiled greedy; detectably below its eager speedup (compiled − eager -0.400x "
             "[-0.400, -0.400], paired).") in r.answer
@@ -102,6 +105,19 @@ def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp
            "compiled greedy; no detectable difference from its eager speedup" in r.answer
     assert r.headline["toy-mt"]["bild (fb 0.5, rb 3)"]["difference"] == [0.0, [0.0, 0.0]]
     assert (tmp_path / "speculative_compiled.png").is_file()
+    moved = sweep  # the compiled rows timed on another machine than the eager ones: the answer says so
+
+    def sweep(pair, grid, compile=False, **run):
+        out = moved(pair, grid, compile=compile, **run)
+        for rec in out if compile else []:
+            rec["machines"] = [{**rec["machines"][0], "platform": "another kernel"}]
+        return out
+
+    monkeypatch.setattr(study.ev, "sweep", sweep)
+    other = study.against_compiled("toy-mt", figures=tmp_path)
+    assert list(other.table["same machine"]) == [False, False]
+    assert "The eager rows were timed in another run, on another machine, than the compiled ones." in other.answer
+    assert "paired; the two were timed on different machines)" in other.answer
     eager = study.against_compiled("toy-mt", compile=False, figures=tmp_path)  # nothing compiled
     assert calls[-1] == ("toy-mt", False, 2) and "speedup, compiled" not in eager.table
     assert eager.answer.endswith("compile=False: the compiled rows were not run.")

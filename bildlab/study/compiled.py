@@ -64,15 +64,36 @@ def against_compiled(pairs=("toy-mt", "toy-mt-llama"), *, k: int = 4, bild_fallb
                      title="Against a compiled baseline: " + "; ".join(n))
     plots.save(fig, "speculative_compiled", figures)
     answer = ("Each speedup is over greedy decoding in the same mode, timed interleaved with it; compiled against "
-              "eager by the paired difference of the two speedups over the same examples. " + " ".join(answers)
-              + ("" if compile else " compile=False: the compiled rows were not run."))
+              "eager by the paired difference of the two speedups over the same examples. " + lead(headline)
+              + " ".join(answers) + ("" if compile else " compile=False: the compiled rows were not run."))
     return Result("against a compiled baseline", _frame(rows), fig, answer, headline, records)
+
+
+def lead(headline: dict) -> str:
+    """What the compiled rows allow, all together: how many stay detectably faster than compiled greedy, how many
+    speedups are detectably below or above their eager ones, and what compilation bought greedy itself."""
+    done = [h for rows in headline.values() for h in rows.values() if "compiled" in h]
+    if not done:
+        return ""
+    faster = sum(h["compiled"][1][0] > 1 for h in done)
+    below, above = (sum(f(h["difference"][1]) for h in done) for f in (lambda ci: ci[1] < 0, lambda ci: ci[0] > 0))
+    d = [h["difference"][0] for h in done]
+    hf = {m: [h["greedy_over_hf"][m][0] for h in done if h["greedy_over_hf"][m]] for m in ("eager", "compiled")}
+    text = (f"Over compiled greedy, {faster} of {len(done)} rows stay detectably faster than greedy; {below} of "
+            f"{len(done)} speedups are detectably below their eager ones and {above} above (compiled − eager "
+            f"{min(d):+.2f}x to {max(d):+.2f}x).")
+    if hf["eager"] and hf["compiled"]:
+        text += (f" Greedy over transformers' greedy `generate` in the same runs: {min(hf['eager']):.2f}-"
+                 f"{max(hf['eager']):.2f}x eager, {min(hf['compiled']):.2f}-{max(hf['compiled']):.2f}x compiled.")
+    if not all(h["same_machine"] for h in done):
+        text += " The eager rows were timed in another run, on another machine, than the compiled ones."
+    return text + " "
 
 
 def compare(e: dict, c: dict | None) -> tuple[dict, dict]:
     """A policy's eager record and its compiled one (None: not run) as table cells and headline numbers."""
     s = e["summary"]
-    row = {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
+    row = {"N": s["examples"], "N timed": s.get("timed_examples", s["examples"]),
            "identical to vanilla (eager)": f"{s['identical_count']}/{s['examples']}",
            "speedup, eager": sm.fmt(s["speedup"], s["speedup_ci"], "x")}
     head = {"eager": [s["speedup"], s["speedup_ci"]], "n": s["examples"]}
