@@ -147,8 +147,9 @@ def _fingerprint(name: str, draft: str, root: str) -> str:
 
 def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, max_new_tokens: int, device: str,
             threads, repeats: int, hf_baseline: bool, timing_pass: int, timing_limit: int | None = None,
-            provenance: bool = True) -> dict:
-    """The registry key of one policy of a sweep: what defines its record (library versions are not part of it)."""
+            compile: bool = False, provenance: bool = True) -> dict:
+    """The registry key of one policy of a sweep: what defines its record (library versions are not part of it;
+    `compile` only when True, so that eager records keep their keys)."""
     e = {**DEFAULTS, **entry}
     policy = policy_of(e["method"], e["k"], e["fallback"], e["rollback"], e["max_small_steps"], e["do_sample"],
                        e["temperature"], e["rollback_rule"], e["ngram"])
@@ -159,6 +160,7 @@ def run_key(pair: str, task: str, split: str, limit, entry: dict, *, seed: int, 
             "max_new_tokens": max_new_tokens, "device": torch.device(device).type, "threads": threads,
             "repeats": repeats, "timing_pass": timing_pass,
             **({"timing_limit": timing_limit} if timing_limit is not None else {}),
+            **({"compile": True} if compile else {}),
             **(_provenance(pair, task, split, draft or "small") if provenance else {})}
 
 
@@ -204,7 +206,7 @@ def sweep(pair: str, grid: list[dict], *, progress: bool = True, check_only: boo
     """Evaluate every policy of `grid` (dicts of POLICY_ARGS over the common ones in `run`) on the same examples; one
     record each. `run`: the arguments of `lookup` (task, split, limit, max_new_tokens, seed, warmup, threads,
     repeats, hf_baseline, timing_pass, registry, force, device, executor, shard_size, recompute, timing_limit,
-    batch_size, memory, chunk_size, common policy args).
+    batch_size, memory, chunk_size, compile, common policy args).
 
     Every entry is checked before anything runs (`check_only=True` stops there). Policies with a record in the
     registry are not rerun (whatever library versions made it; `recompute=True` reruns those made under other
@@ -214,7 +216,9 @@ def sweep(pair: str, grid: list[dict], *, progress: bool = True, check_only: boo
     fan them out in shards of `shard_size` examples over Ray tasks, one device each (`distributed`), into the same
     records. `timing_limit=N`: quality from every example's outputs, computed in batches (exact; batches of at most
     `batch_size` rows under the `memory` budget; on Ray in chunks of `chunk_size` examples), speed from the
-    protocol at batch 1 on a seeded sample of N of them."""
+    protocol at batch 1 on a seeded sample of N of them. `compile=True`: the timed decodes use compiled steps on static
+    caches (`static.py`), compiled before the first one (`protocol.compile_seconds` in each record); outputs in
+    batches stay eager (identical token for token: the record's `timed_identical` checks it)."""
     found = lookup(pair, grid, **run)
     if check_only:
         return None
@@ -264,14 +268,16 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
            registry: str | Path | Registry | None = DEFAULT_REGISTRY, force: bool = False, device: str = "cpu",
            executor: str = "local", shard_size: int | None = None, recompute: bool = False,
            timing_limit: int | dict | None = None, batch_size: int = 64, memory: int | str | None = None,
-           chunk_size: int | None = None, offline: bool = False, **common) -> Lookup:
+           chunk_size: int | None = None, compile: bool = False, offline: bool = False, **common) -> Lookup:
     """Check a sweep's arguments and find what it would compute, loading no model. `offline=True` (a plan on a
     machine without the paper's models or data): where their provenance cannot be had, nothing is looked up and
     every policy is to run. `timing_limit`: outputs and quality on every example (computed in batches of
     `batch_size`, `batch.generate_batch`), the timing protocol at batch 1 on a seeded sample of this many of them
     (`timed_indices`); None times every example. `limit` and `timing_limit` may be dicts per pair. `memory`: what a
     batch may take on a device (bytes or "12GiB"; None: the device's free memory less a margin, `memory.CPU_MEMORY`
-    on a CPU); `chunk_size`: examples per Ray task computing outputs (None: about two per device)."""
+    on a CPU); `chunk_size`: examples per Ray task computing outputs (None: about two per device). `compile=True`:
+    every runner of bildlab's engine (the vanilla greedy one and the policies) times compiled steps on static caches
+    (`shard.check_compile`), against compiled greedy; transformers' `generate` stays as it is."""
     task = task or (task_of(pair) if pair in PAIRS else None)
     limit, timing_limit = per_pair(limit, pair, "limit"), per_pair(timing_limit, pair, "timing_limit")
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(e, dict) for e in grid):
@@ -286,9 +292,10 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
     for e in entries:
         check_entry(pair, e)
     check_timing_limit(timing_limit, batch_size, entries)
+    shard.check_compile(compile, entries)
     reg = registry if isinstance(registry, Registry) else Registry(registry) if registry is not None else None
     common_key = dict(seed=seed, max_new_tokens=max_new_tokens, device=device, threads=threads, repeats=repeats,
-                      hf_baseline=hf_baseline, timing_pass=timing_pass, timing_limit=timing_limit)
+                      hf_baseline=hf_baseline, timing_pass=timing_pass, timing_limit=timing_limit, compile=compile)
     try:
         keys = [run_key(pair, task, split, limit, e, **common_key) for e in entries]
     except (OSError, RuntimeError):
@@ -303,7 +310,8 @@ def lookup(pair: str, grid: list[dict], *, task: str | None = None, split: str =
     todo = [i for n, i in enumerate(todo) if keys[i] not in [keys[j] for j in todo[:n]]]  # a policy given twice
     run = dict(seed=seed, max_new_tokens=max_new_tokens, warmup=warmup, threads=threads, repeats=repeats,
                hf_baseline=hf_baseline, device=device, executor=executor, shard_size=shard_size,
-               timing_limit=timing_limit, batch_size=batch_size, memory=memory, chunk_size=chunk_size)
+               timing_limit=timing_limit, batch_size=batch_size, memory=memory, chunk_size=chunk_size,
+               compile=compile)
     return Lookup(pair, task, split, limit, entries, keys, found, todo, reg, run)
 
 
@@ -400,9 +408,11 @@ def _run(s: Lookup, progress) -> list[dict]:
         if reg is not None and len(done) < len(timed) and done:
             reg.save_partial(sweep_key, done)  # interrupted: keep what finished
     # merged in this process: on a Ray driver the models load on the CPU (only their tokenizer and EOS are used);
-    # priced by the calibration of the machine the examples were timed on, where the registry has one
+    # priced by the calibration of the machine the examples were timed on, where the registry has one (of eager steps:
+    # none for compiled ones)
     where = next(iter(done.values())).get("machine") if done else None
-    cal = calibrate.for_machine(reg, pair, spec["device"], spec["threads"], where) if reg is not None else None
+    cal = (calibrate.for_machine(reg, pair, spec["device"], spec["threads"], where)
+           if reg is not None and not s.run["compile"] else None)
     made = records.build_records(spec if executor == "local" else {**spec, "device": "cpu"}, keys, done,
                                  sweep=digest(sweep_key), batched=batched, layouts=layouts, counts=counts,
                                  calibration=cal)

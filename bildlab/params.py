@@ -32,7 +32,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
     for name in params:
-        if name in ("pair", "pairs", "reference_pairs"):
+        if name in ("pair", "pairs", "reference_pairs", "compiled_pairs"):
             for p in as_list(name):
                 if p is None and name == "reference_pairs":
                     continue
@@ -90,6 +90,8 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             if not isinstance(params[name], str) or not Path(params[name]).is_file():
                 raise ParameterError(f"other_calibration must be None or the path of a calibration file (bildlab "
                                      f"calibrate on that machine: its registry's .calibrations/); got {params[name]!r}")
+        elif name == "compile" and not isinstance(params[name], bool):
+            raise ParameterError(f"compile must be True or False; got {params[name]!r}")
         elif name == "recompute" and not isinstance(params[name], bool):
             raise ParameterError(f"recompute must be True or False; got {params[name]!r}")
         elif name == "max_new_tokens":

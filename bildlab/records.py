@@ -43,6 +43,9 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                          f"speedup is a ratio of times taken on one kind of device; time the sweep on one GPU type "
                          f"(a Ray accelerator_type), or drop its checkpoint (.partial/) and rerun it there")
     records, made_with = [], versions()
+    # compiled steps (`shard.warm_up`): the seconds every shard spent compiling before it timed anything
+    compiled = [row["compile_seconds"] for row in done.values() if "compile_seconds" in row]
+    compiling = {"compile_seconds": timing.ns(sum(compiled))} if compiled else {}
     sources = [p.encode(ex["source"]).shape[1] for ex in examples] if calibration else []
     for n, (e, key) in enumerate(zip(spec["entries"], keys)):
         base = f"sample@{float(e['temperature'])}" if e["do_sample"] else "greedy"
@@ -79,7 +82,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
         records.append({"key": key, "versions": made_with, **timed_rows, "mechanism": mech,
                         "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
-                                     "interleaved_with": names, "sweep": sweep},
+                                     "interleaved_with": names, "sweep": sweep, **compiling},
                         "machines": machines, "examples": rows})
         costs.attach(records[-1], calibration, sources, encoder_decoder=bool(p.large.config.is_encoder_decoder))
     return records

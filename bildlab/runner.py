@@ -194,8 +194,8 @@ def kernel_config():
 def _clean(path: Path) -> None:
     """Make a rerun with the same results give the same file, and keep only what a reader needs: drop papermill's and
     Jupyter's clock readings and machine paths, progress bars (stderr text redrawn with carriage returns, and
-    tqdm's widgets with their state, which carry random ids), and store the kernelspec a fresh install writes (so
-    that opening the notebook does not modify it)."""
+    tqdm's widgets with their state, which carry random ids), merge the pieces of a stream the kernel flushed apart,
+    and store the kernelspec a fresh install writes (so that opening the notebook does not modify it)."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
@@ -211,6 +211,14 @@ def _clean(path: Path) -> None:
             cell.outputs = [o for o in cell.outputs
                             if not (o.get("output_type") == "stream" and o.get("name") == "stderr" and "\r" in o.text)
                             and WIDGET not in o.get("data", {})]
+            merged = []  # one printed text in one output, however the kernel happened to flush it
+            for o in cell.outputs:
+                last = merged[-1] if merged else {}
+                if o.get("output_type") == last.get("output_type") == "stream" and o.get("name") == last.get("name"):
+                    last["text"] += o["text"]
+                else:
+                    merged.append(o)
+            cell.outputs = merged
     nbformat.write(nb, str(path))
 
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import torch
 
-from . import tasks, timing
+from . import static, tasks, timing
 from .benchmark import hf_generate
 from .decoding import generate
 from .models import load_pair
@@ -19,7 +19,8 @@ from .models import load_pair
 
 # what a shard's or a chunk's work is a function of, besides its examples: a plain dict, sent to Ray tasks as it is
 SPEC = ("pair", "task", "split", "limit", "entries", "zoo", "seed", "max_new_tokens", "warmup", "threads", "repeats",
-        "hf_baseline", "device")
+        "hf_baseline", "device", "compile")
+COMPILED = ("greedy", "small", "bild", "speculative")  # the methods a sweep times with compiled steps (compile=True)
 
 
 @lru_cache(maxsize=4)
@@ -39,27 +40,33 @@ def runner_names(entries: list[dict], hf_baseline: bool) -> list[str]:
 def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, on_row=None) -> dict[int, dict]:
     """Time the examples `indices` of a sweep under the protocol, on this process's device: {index: {runner:
     {tokens, stats, seconds}}}. `spec` is a plain dict (picklable: a shard can run in another process or machine);
-    every shard warms up on its own first examples. Each row also says where it was timed (`machine`)."""
+    every shard warms up on its own first examples. Each row also says where it was timed (`machine`). With
+    `spec["compile"]` the engine's runners decode with compiled steps on static caches, compiled by `warm_up` before
+    the first timed (or warm-up) decode; the first row of the shard holds those seconds (`compile_seconds`)."""
     entries, mnt, seed = spec["entries"], spec["max_new_tokens"], spec["seed"]
     pairs, inputs = _models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
     hf_eos = p.large.generation_config.eos_token_id
+    kw = dict(cache="static", compile=True) if spec.get("compile") else {}
     runners = {}
     for name in runner_names(entries, spec["hf_baseline"]):
         if name == "greedy":
-            runners[name] = lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=mnt))
+            runners[name] = lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=mnt, **kw))
         elif name == "hf_greedy":
             runners[name] = lambda x, i: (hf_generate(p.large, x, max_new_tokens=mnt, eos=hf_eos), {})
         elif name.startswith("sample@"):
             runners[name] = (lambda t: lambda x, i: _result(generate(
-                p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i)))(float(name[7:]))
+                p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i, **kw)))(float(name[7:]))
         else:
             e = entries[int(name[6:])]
-            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt)
+            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt, **kw)
     done, where = {}, machine(spec["device"])
+    compiling = [warm_up(spec, pairs, inputs)] if kw else []
 
     def keep(i, row):
         row["machine"] = where
+        if compiling:
+            row["compile_seconds"] = compiling.pop()
         done[i] = row
         if on_row is not None:
             on_row(i, row)
@@ -67,6 +74,29 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
     timing.interleave(inputs, runners, warmup=min(spec["warmup"], len(inputs)), threads=spec["threads"],
                       repeats=spec["repeats"], indices=list(indices), progress=progress, on_row=keep)
     return done
+
+
+def check_compile(compile, entries: list[dict]) -> None:
+    """`compile=True` times the engine's runners with compiled steps: greedy, small, bild and speculative decoding
+    from a separate small model (an early exit shares the large model's cache, not compiled here)."""
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False; got {compile!r}")
+    for e in entries if compile else []:
+        if e["method"] not in COMPILED or (e["method"] != "greedy" and e["draft"] == "early-exit"):
+            raise ValueError(f"compile=True times {', '.join(COMPILED)} with a separate small model (draft 'small' "
+                             f"or 'aligned'); got method={e['method']!r}, draft={e['draft']!r}")
+
+
+def warm_up(spec: dict, pairs: dict, inputs: list) -> float:
+    """Compile every step the shard's compiled runners take (`static.warm_up`), on the protocol's thread count, before
+    anything is timed: seconds spent."""
+    mnt, seconds = spec["max_new_tokens"], 0.0
+    with timing.fixed_threads(spec["threads"]):
+        for draft, q in pairs.items():
+            seconds += static.warm_up(q.large, inputs, small=q.small, max_new_tokens=mnt)
+        for draft in sorted({e["draft"] for e in spec["entries"] if e["method"] == "small"}):
+            seconds += static.warm_up(pairs[draft].small, inputs, max_new_tokens=mnt)  # the draft alone
+    return seconds
 
 
 def machine(device: str) -> dict:
@@ -111,7 +141,8 @@ def _policy_kwargs(e: dict) -> dict:
                 max_small_steps=e["max_small_steps"], rollback_rule=e["rollback_rule"])
 
 
-def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
+def _policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
+    """A policy's runner; `kw` (cache="static", compile=True) for the engine's methods only (`check_compile`)."""
     if e["method"] == "hf_assisted":
         eos = p.large.generation_config.eos_token_id
         return lambda x, i: (hf_generate(p.large, x, max_new_tokens=max_new_tokens, eos=eos, assistant=p.small,
@@ -124,12 +155,12 @@ def _policy_runner(p, e: dict, seed: int, max_new_tokens: int):
         return lambda x, i: _result(generate(p.large, x, method="prompt-lookup", max_new_tokens=max_new_tokens,
                                              k=e["k"], ngram=e["ngram"]))
     if e["method"] == "small":  # the draft model alone: an anchor of the study
-        return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens))
+        return lambda x, i: _result(generate(p.small, x, method="greedy", max_new_tokens=max_new_tokens, **kw))
     if e["method"] == "greedy":  # the large model against itself: an A/A check of the protocol
-        return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens))
+        return lambda x, i: _result(generate(p.large, x, method="greedy", max_new_tokens=max_new_tokens, **kw))
     return lambda x, i: _result(generate(
         p.large, x, small=p.small, max_new_tokens=max_new_tokens, do_sample=e["do_sample"],
-        temperature=e["temperature"], seed=seed + i if e["do_sample"] else None, **_policy_kwargs(e)))
+        temperature=e["temperature"], seed=seed + i if e["do_sample"] else None, **_policy_kwargs(e), **kw))
 
 
 def outputs(spec: dict, indices: list[int], batch_size: int = 64, progress: bool | str = False, memory=None,

@@ -15,7 +15,8 @@ PACKAGE = ROOT / "bildlab"
 # Top to bottom: a module imports only modules below it.
 ORDER = ["cli", "plan", "runner", "params",
          "study", "study.rq1_small_writes_most", "study.rq2_policies", "study.rq3_alignment", "study.rq4_early_exit",
-         "study.rq5_main_table", "study.speculative_pipeline", "study.explained", "study.common",
+         "study.speculative_pipeline", "study.compiled", "study.rq5_main_table", "study.explained",
+         "study.common",
          "zoo", "card", "evaluate", "calibrate", "records", "mechanism", "costs", "distributed", "shard", "benchmark",
          "train", "registry", "summary", "plots", "intervals", "metrics", "batch", "memory", "decoding", "static",
          "lookup", "views", "capabilities", "models", "early_exit",

@@ -388,8 +388,9 @@ def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
     assert [(s["policies"], s["to_run"]) for s in val["rq3_alignment"]] == [(32, 24), (32, 24)]
     assert [(s["policies"], s["to_run"]) for s in val["rq4_early_exit"]] == [(32, 16), (32, 16)]
     assert [(s["policies"], s["to_run"], s["decodes"]) for s in val["rq5_main_table"]] == [(36, 4, 1200)] * 2
+    # ... and the section against a compiled baseline reads RQ5's choice on toy-mt (RQ5's validation sweep)
     assert [(s["pair"], s["to_run"]) for s in val["speculative_pipeline"]] == [("toy-mt-llama", 4), ("toy-mt", 0),
-                                                                             ("toy-sum", 0)]
+                                                                             ("toy-sum", 0), ("toy-mt", 0)]
     text = plan.format_plan(rows, "toy")
     lines = text.splitlines()
     assert "CPU hours" in text and "COST_RATIO" in lines[-1] and any(line.startswith("total") for line in lines)

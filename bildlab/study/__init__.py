@@ -9,6 +9,7 @@ reruns come from the results registry); `plan` gives one that records what would
 
 from .. import evaluate as ev  # noqa: F401  (the harness the questions call by default)
 from .common import Result
+from .compiled import against_compiled
 from .explained import elsewhere, explained
 from .rq1_small_writes_most import rq1
 from .rq2_policies import rq2
@@ -19,5 +20,5 @@ from .speculative_pipeline import speculative
 
 QUESTIONS = {"rq1_small_writes_most": rq1, "rq2_policies": rq2, "rq3_alignment": rq3, "rq4_early_exit": rq4,
              "rq5_main_table": rq5, "speculative_pipeline": speculative}  # notebook name -> its question
-__all__ = ["ev", "Result", "explained", "elsewhere", "rq1", "rq2", "rq3", "rq4", "rq5", "speculative", "paper_table", "PAPER_TABLE", "ROWS",
+__all__ = ["ev", "Result", "against_compiled", "explained", "elsewhere", "rq1", "rq2", "rq3", "rq4", "rq5", "speculative", "paper_table", "PAPER_TABLE", "ROWS",
            "QUESTIONS"]

@@ -22,6 +22,7 @@ class Result:
     answer: str
     headline: dict = field(default_factory=dict)
     records: list = field(default_factory=list)
+    sections: dict = field(default_factory=dict)  # a notebook's further sections: {name: Result}
 
     def _repr_markdown_(self) -> str:
         return f"**{self.name}** — {self.answer}"

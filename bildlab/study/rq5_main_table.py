@@ -72,15 +72,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
         records += val
         val, lval = val[: len(flat)], val[len(flat):]
         lbest = sm.choose(lval, None) if lval else None
-        chosen = {}
-        for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
-            recs = val[i * len(grid):(i + 1) * len(grid)]
-            for suffix, tol in ((" lossless", None), ("", tolerance), (" degraded", degraded_tolerance)):
-                b = sm.choose(recs, tol)
-                if b is not None:
-                    chosen[label + suffix] = {**{k: b["key"]["policy"][k] for k in ("fallback", "rollback")},
-                                              "draft": draft}
-        names = list(chosen)
+        chosen = choose_rows(val, len(grid), tolerance, degraded_tolerance)
         unique = list({json.dumps(v, sort_keys=True): v for v in chosen.values()}.values())
         if any(r.get("placeholder") for r in val):  # planning without the validation records: count as many
             # distinct chosen policies as there are rows to fill
@@ -192,6 +184,32 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
     return Result("RQ5", frame, fig, answer, headline, records)
+
+
+def choose_rows(val: list[dict], size: int, tolerance: float, degraded_tolerance: float) -> dict:
+    """Each row's policy, chosen on the validation records `val` (the grid of `size` policies with the unaligned,
+    then the aligned small model): {row: {"fallback", "rollback", "draft"}}, rows that no policy qualifies for left
+    out."""
+    chosen = {}
+    for i, (draft, label) in enumerate((("small", "unaligned"), ("aligned", "aligned"))):
+        recs = val[i * size:(i + 1) * size]
+        for suffix, tol in ((" lossless", None), ("", tolerance), (" degraded", degraded_tolerance)):
+            b = sm.choose(recs, tol)
+            if b is not None:
+                chosen[label + suffix] = {**{k: b["key"]["policy"][k] for k in ("fallback", "rollback")},
+                                          "draft": draft}
+    return chosen
+
+
+def chosen(pair: str, *, fallbacks, rollbacks, tolerance: float, degraded_tolerance: float, val_split: str,
+           val_limit, val_timing_limit, sweep=None, **run) -> list[dict]:
+    """The distinct policies RQ5 reports on `pair` (its rows' choices on validation: `choose_rows`, the records
+    replayed from the registry where RQ5 made them), as sweep entries."""
+    grid = _grid(fallbacks, rollbacks)
+    flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
+    val = (sweep or ev.sweep)(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+    rows = choose_rows(val, len(grid), tolerance, degraded_tolerance)
+    return list({json.dumps(v, sort_keys=True): v for v in rows.values()}.values())
 
 
 def _save_table(headline: dict, passes: int, figures, rows=ROWS) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import evaluate as ev
 from .. import plots
 from .. import summary as sm
+from .compiled import against_compiled
 from .common import (Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup, _lookup, _lookup_entry, _n,
                      _per_call)
 
@@ -13,7 +14,8 @@ from .common import (Result, _frame, _policy, _cells, _speed, _versus, _pairs, _
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
                 bild_fallback: float = 0.5, bild_rollback: float = 3.0, reference_pairs=("toy-mt", "toy-sum"),
                 lookup_ngrams=(), lookup_ks=(), lookup_val_limit=None, lookup_val_timing_limit=200,
-                figures="figures", sweep=None, **run) -> Result:
+                compiled_pairs=(), compiled_rq5=None, compile: bool = False, figures="figures", sweep=None,
+                **run) -> Result:
     """The speculative decoding pipeline: acceptance against k, measured speedup against the expected
     (1 - a^(k+1)) / ((1 - a)(k c + v)), v the verifier pass over k + 1 tokens in one-token passes (1 without a
     calibration); greedy against greedy, sampling against sampling (each labelled); BiLD on
@@ -21,7 +23,9 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     (k = 4) as the lossless reference next to BiLD. With `lookup_ngrams` and `lookup_ks`, on every pair prompt lookup
     (no small model): the grid on validation (`lookup_val_limit` examples, `lookup_val_timing_limit` of them timed),
     the fastest reported on test beside the two-model methods (paired differences), on a decoder-only pair with
-    transformers' prompt lookup (same n-gram size and k) in the same sweep."""
+    transformers' prompt lookup (same n-gram size and k) in the same sweep. With `compiled_pairs`, a section against
+    a compiled baseline (`compiled.against_compiled`: speculative k = 4, this BiLD policy and RQ5's choices on the
+    pairs of `compiled_rq5`, eager and, with `compile`, compiled): `sections["compiled"]`."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     grid = ([{"method": "speculative", "k": k} for k in ks]
             + [{"method": "speculative", "k": k, "do_sample": True, "temperature": temperature} for k in ks]
@@ -116,7 +120,11 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
               f"{_speed(bild)}." + "".join(" " + v for v in versus))
     headline = {"best_k": best["key"]["policy"]["k"], "speedup": _speedup(best), "identical": identical,
                 "outputs": total, **({"prompt_lookup": lookups} if lookups else {})}
-    return Result("speculative pipeline", table, fig, answer, headline, recs + ref + looked)
+    sections = {}
+    if compiled_pairs:
+        sections["compiled"] = against_compiled(compiled_pairs, bild_fallback=bild_fallback, bild_rollback=bild_rollback,
+                                                rq5=compiled_rq5, compile=compile, figures=figures, sweep=sweep, **run)
+    return Result("speculative pipeline", table, fig, answer, headline, recs + ref + looked, sections)
 
 
 def _by_position(record: dict) -> str | None:
@@ -124,4 +132,3 @@ def _by_position(record: dict) -> str | None:
     every example), e.g. '0.97 0.87 0.67'; None where the record does not count it."""
     shares = (record.get("mechanism") or {}).get("accepted_by_position")
     return None if shares is None else " ".join(f"{x:.2f}" for x in shares)
-
