@@ -35,6 +35,7 @@ from .benchmark import _transformers_version
 from .decoding import check_policy
 from .models import PAIRS, TOY_PAIRS, task_of, zoo_dir
 from .models import provenance as models_provenance
+from .shard import DEFAULTS
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
 
 DRAFTS = ("small", "aligned", "early-exit")
@@ -44,8 +45,6 @@ METHODS = ("greedy", "speculative", "bild", "small", "hf_assisted", "prompt-look
 POLICY_ARGS = ("method", "draft", "k", "fallback", "rollback", "max_small_steps", "rollback_rule", "do_sample",
                "temperature", "ngram")
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
-DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10,
-                rollback_rule="first-differing", do_sample=False, temperature=1.0, ngram=2)
 
 
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, do_sample: bool = False,

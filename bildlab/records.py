@@ -118,8 +118,6 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
     written whole, so an interrupted recount resumes. `only(record) -> bool` picks records. A record whose outputs
     come out different is left as it was and named in the result: {"recounted": n, "differ": [labels],
     "skipped": n (counted already, or a method bildlab does not count)}."""
-    from .evaluate import DEFAULTS  # evaluate builds records with this module
-
     out = {"recounted": 0, "differ": [], "skipped": 0}
     todo = []
     for record in registry.records():
@@ -133,7 +131,7 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
     bar = timing.progress_bar(todo, desc="recount") if progress else todo
     for record in bar:
         key = record["key"]
-        e = {**DEFAULTS, "method": key["method"], "draft": key["draft"] or "small", **key["policy"]}
+        e = {**shard.DEFAULTS, "method": key["method"], "draft": key["draft"] or "small", **key["policy"]}
         spec = {"pair": key["pair"], "task": key["task"], "split": key["split"], "limit": key["limit"],
                 "entries": [e], "zoo": str(zoo_dir()), "device": key["device"], "threads": key["threads"],
                 "max_new_tokens": key["max_new_tokens"]}
