@@ -96,25 +96,26 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
         raise ValueError(f"method must be one of {', '.join(PRICED)} to be priced; got {method!r}")
     prefix = tokens / 2  # the mean number of output positions cached over the decode (the calibration's `prefix`)
     over = cal["costs"].get("overhead") or {"large_call": 0.0}  # the loop's host work (calibrate._overhead)
+    per_call, per_step = over.get("call") or {}, over.get("draft_step") or {}  # per method, beyond the greedy loop's
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
         one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
         # the greedy loop's host work per call (argmax over the vocabulary, EOS check, commit) is the same code
         # whichever model it runs: measured on the large model's decodes, priced for the small model's too
-        per_call = over["large_call"] + ((over.get("call") or {}).get("sample", 0.0) if sampled else 0.0)
-        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * per_call
+        host = over["large_call"] + (per_call.get("sample", 0.0) if sampled else 0.0)
+        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * host
     name = f"{method} sampling" if sampled else method
     one, slope = large_pass(cal, prefix)
     if method == "prompt-lookup":  # no draft model between its passes: their one-token part is a greedy step's
         one = greedy_step(cal, "large", prefix)
     calls, drafted, steps = stats["large_calls"], stats.get("drafted", 0), stats.get("small_calls", 0)
     t = encoder(cal, "large", source) + max(calls - decoder_only, 0) * one + drafted * slope + \
-        calls * (over["large_call"] + (over.get("call") or {}).get(name, 0.0))
+        calls * (over["large_call"] + per_call.get(name, 0.0))
     if steps:
         own = draft != "early-exit"  # an early exit runs on the large model's encoder outputs and cache
         t += (encoder(cal, "small", source) if own else 0.0) + max(steps - (decoder_only and own), 0) * \
-            draft_step(cal, draft, prefix) + steps * (over.get("draft_step") or {}).get(name, 0.0)
+            draft_step(cal, draft, prefix) + steps * per_step.get(name, 0.0)
     return t
 
 

@@ -13,6 +13,11 @@ from .registry import versions
 from .summary import summarize
 
 
+# where a record's mechanism was counted (`mechanism["source"]`): on every example of its split, from its batched
+# outputs, from its timed rows (every example timed), or (`recount`, sampling) by the engine at batch 1 with the seeds
+WHOLE, TIMED, SAMPLED = "every example (batched outputs)", "every example (timed)", "every example (batch 1, seeded)"
+
+
 def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep: str,
                   batched: dict[str, list[list[int]]] | None = None, layouts: dict[str, dict] | None = None,
                   counts: dict[str, list[dict] | None] | None = None, calibration: dict | None = None) -> list[dict]:
@@ -75,10 +80,10 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                           f"the record counts them: timed_identical)", stacklevel=2)
         if batched:
             got = (counts or {}).get(f"policy{n}")
-            mech = (mechanism(got, [len(t) for t in batched[f"policy{n}"]], "every example (batched outputs)")
+            mech = (mechanism(got, [len(t) for t in batched[f"policy{n}"]], WHOLE)
                     if got is not None else None)
         else:
-            mech = mechanism([r["stats"] for r in rows], [r["tokens"] for r in rows], "every example (timed)")
+            mech = mechanism([r["stats"] for r in rows], [r["tokens"] for r in rows], TIMED)
         records.append({"key": key, "versions": made_with, **timed_rows, "mechanism": mech,
                         "summary": summarize(rows, references, metric=tasks.task_metric(spec["task"])),
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
@@ -106,15 +111,14 @@ def backfill_mechanism(registry) -> int:
     return done
 
 
-WHOLE = "every example (batched outputs)"  # the source of a mechanism counted on a record's whole split
-SAMPLED = "every example (batch 1, seeded)"  # ... of a sampling policy's (its outputs are not computed in batches)
 
 
 def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True) -> dict:
     """Count the mechanism of every record of `registry` whose numbers are of its timed sample only, on every
     example of its split: its policy's outputs are computed again in batches (`shard.compute_outputs`, the engine's
-    exact counts; a sampling policy's by the engine at batch 1 with each example's seed), checked against the record's stored outputs (every example's text and length) and its timed
-    examples' counts, and the record's `mechanism` is replaced; nothing else changes. One record at a time, each
+    exact counts; a sampling policy's by the engine at batch 1 with each example's seed), checked against the
+    record's stored outputs (every example's text and length) and its timed examples' counts, and the record's
+    `mechanism` is replaced; nothing else changes. One record at a time, each
     written whole, so an interrupted recount resumes. `only(record) -> bool` picks records. A record whose outputs
     come out different is left as it was and named in the result: {"recounted": n, "differ": [labels],
     "skipped": n (counted already, or a method bildlab does not count)}."""
@@ -122,8 +126,7 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
     todo = []
     for record in registry.records():
         m, key = record.get("mechanism"), record["key"]
-        whole = m is not None and m["examples"] == len(record["examples"]) and "timed examples" not in m["source"]
-        if whole or key["method"] in ("hf_assisted", "hf_prompt_lookup") or (only is not None and not only(record)):
+        if (m is not None and m["source"] in (WHOLE, TIMED, SAMPLED)) or key["method"] in ("hf_assisted", "hf_prompt_lookup") or (only is not None and not only(record)):
             out["skipped"] += 1
         else:
             todo.append(record)

@@ -17,11 +17,10 @@ from .decoding import generate
 from .models import load_pair
 
 
-# what a shard's or a chunk's work is a function of, besides its examples: a plain dict, sent to Ray tasks as it is
 # a sweep entry's policy arguments where the grid leaves them out (the registry key keeps those that matter)
 DEFAULTS = dict(method="bild", draft="small", k=4, fallback=0.6, rollback=5.0, max_small_steps=10,
                 rollback_rule="first-differing", do_sample=False, temperature=1.0, ngram=2)
-
+# what a shard's or a chunk's work is a function of, besides its examples: a plain dict, sent to Ray tasks as it is
 SPEC = ("pair", "task", "split", "limit", "entries", "zoo", "seed", "max_new_tokens", "warmup", "threads", "repeats",
         "hf_baseline", "device", "compile")
 COMPILED = ("greedy", "small", "bild", "speculative")  # the methods a sweep times with compiled steps (compile=True)
