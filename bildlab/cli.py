@@ -128,6 +128,19 @@ def _registry(args) -> int:
                       file=sys.stderr)
             if out["differ"]:
                 return 1
+        if args.retime:
+            from .retime import retime
+
+            pairs = set(args.pair or ())
+            out = retime(Registry(root), only=(lambda r: r["key"]["pair"] in pairs) if pairs else None,
+                         progress=not args.quiet)
+            made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
+            print(f"{root}: {out['retimed']} records timed again on this machine, priced by its calibrations of "
+                  f"this run ({made}); {out['skipped']} skipped (retimed already, compiled, or not chosen)")
+            for name in out["differ"]:
+                print(f"{root}: {name}: batch-1 outputs differ from the record's; left as it was", file=sys.stderr)
+            if out["differ"]:
+                return 1
         if args.unused or args.prune:
             from . import runner
             from .plan import Planner, plan, unused
@@ -313,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--recount", action="store_true",
                       help="count the mechanism of records counted on their timed sample only on every example "
                            "(their outputs computed again in batches and checked against the stored ones)")
-    registry.add_argument("--quiet", action="store_true", help="no progress bar (--recount)")
+    what.add_argument("--retime", action="store_true",
+                      help="time every sweep again on this machine, after a calibration of it in the same run (the "
+                           "outputs checked against the stored ones; resumes an interrupted retime)")
+    registry.add_argument("--pair", action="append", help="--retime: only this pair's records (repeatable)")
+    registry.add_argument("--quiet", action="store_true", help="no progress bar (--recount, --retime)")
     registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
                           help="the notebooks' parameters that --unused and --prune read with (default: toy)")
     registry.set_defaults(run=_registry)

@@ -354,8 +354,11 @@ class Registry:
     # -- checkpoints of sweeps in progress: {"index": row} of the finished examples
 
     def put_calibration(self, record: dict) -> Path:
-        """Write a calibration record (`calibrate`) whole, under .calibrations/<pair>-<digest of its key>.json."""
-        path = self.root / CALIBRATIONS / f"{record['key']['pair']}-{digest(record['key'])}.json"
+        """Write a calibration record (`calibrate`) whole, under .calibrations/<pair>-<digest of its key>-<when made>
+        .json: every calibration is kept, since records name the one that priced them (`for_machine` reads the
+        newest)."""
+        made = record["made"].replace("-", "").replace(":", "")
+        path = self.root / CALIBRATIONS / f"{record['key']['pair']}-{digest(record['key'])}-{made}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
