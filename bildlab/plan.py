@@ -56,6 +56,12 @@ SECONDS_PER_DECODE = {"cnn_dailymail": 2.83, "xsum": 1.3, "iwslt2017-de-en": 1.5
 BATCH_GAIN = 18.0
 COST_RATIO = {"cnn_dailymail": 0.175, "xsum": 0.175, "iwslt2017-de-en": 0.34, "wmt14-de-en": 0.34,
               "toy-mt": 0.3, "toy-sum": 0.3}
+# Compiling (a sweep with compile=True): every shard compiles its steps once before it times anything. Priced by the
+# longest `protocol.compile_seconds` among the pair's compiled records in the registry (the first compilation in a
+# process), else COMPILE_SECONDS: the toy pairs' first compilations on one CPU thread in the committed records (47.5 s
+# toy-mt, 71.3 s toy-mt-llama); 150 s for any other pair, not measured (a toy Llama step took 146 s on a CPU once).
+COMPILE_SECONDS = {"toy-mt": 47.5, "toy-mt-llama": 71.3}
+COMPILE_ELSE = 150.0
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
 PARTS = ("timing", "outputs")  # batch-1 decodes of the timed examples; every output in batches
 # Memory: each sweep's peak bytes at its batch size (`memory.peak_bytes`, from the pair's geometry and its longest
@@ -97,9 +103,11 @@ class Planner:
                     self.outputs.add(key)
                     batched += n
                     units += n * {"greedy": 1.0, "prompt-lookup": 1.0, "small": c}.get(e["method"], 1 + c)
+        compiling = _compile_seconds(pair, found) if found.todo and found.run.get("compile") else 0.0
         self.sweeps.append({"pair": pair, "task": found.task, "split": found.split, "examples": n,
                             "policies": len(found.keys), "to_run": len(found.todo), "decodes": timed * runners,
                             "timed": timed, "outputs": batched, "output_units": units, "prices": prices,
+                            "compile_seconds": compiling,
                             **(_memory(pair, found) if found.run["timing_limit"] is not None else {})})
         metric = task_metric(found.task)
         return [rec if rec is not None else _placeholder(key, n, metric) for key, rec in zip(found.keys, found.found)]
@@ -161,7 +169,7 @@ def plan(profile: str = "toy", notebooks: list[str] | None = None, overrides: di
         spread = {u: dict.fromkeys(DEVICES, 0.0) for u in UNITS}
         for s in sweeps:
             unit, seconds = "gpu" if s["task"] in PAPER_TASKS else "cpu", s["prices"]["seconds"]
-            timing = s["decodes"] * seconds / 3600  # batch-1 decodes of the timed examples
+            timing = (s["decodes"] * seconds + s["compile_seconds"]) / 3600  # batch-1 decodes of the timed examples
             outputs = s["output_units"] / s["prices"]["gain"] * seconds / 3600  # outputs in batches
             parts[unit]["timing"] += timing
             parts[unit]["outputs"] += outputs
@@ -196,6 +204,13 @@ def _prices(pair: str, found: ev.Lookup) -> dict:
         seconds = encode + (seconds - encode) / v["tokens"] * TYPICAL_TOKENS[found.task]
     return {"seconds": seconds, "c": costs.cost_ratio(cal), "gain": g["gain"][at],
             "source": f"calibration {cal['key']['device_name']} ({cal['key']['processor']}), {cal['made']}"}
+
+
+def _compile_seconds(pair: str, found: ev.Lookup) -> float:
+    """What compiling a compiled sweep's steps costs, once per shard (the constants above)."""
+    made = [r["protocol"].get("compile_seconds") or 0.0 for r in (found.registry.records() if found.registry else [])
+            if r["key"]["pair"] == pair and r["key"].get("compile")]
+    return max(made, default=0.0) or COMPILE_SECONDS.get(pair, COMPILE_ELSE)
 
 
 def costs_line(rows: list[dict]) -> str:
@@ -303,6 +318,8 @@ def format_plan(rows: list[dict], profile: str) -> str:
                      + hours(r["parts"], r["hours"]))
         for s in r["sweeps_detail"]:
             batched = f" + {s['outputs']:,} outputs in batches" if s["outputs"] else ""
+            if s["compile_seconds"]:
+                batched += f" + compiling its steps (about {s['compile_seconds']:.0f} s a shard)"
             if "peak" in s:
                 fits = ", ".join(f"{gb} GB {s['fits'][gb]}" for gb in DEVICE_GB)
                 given = [f"; with {name}: {n} rows" for name, n in s["fits"].items() if name not in DEVICE_GB]

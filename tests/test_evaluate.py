@@ -230,7 +230,7 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     assert planner.sweeps == [{"pair": "toy-mt", "task": "toy-mt", "split": "test", "examples": 6, "policies": 3,
                                "to_run": 3, "decodes": 6 * (3 + 2), "timed": 6, "outputs": 0,
                                "output_units": 0.0, "prices": {"seconds": 0.25, "c": 0.3, "gain": 18.0,
-                                                               "source": None}}]  # the policies,
+                                                               "source": None}, "compile_seconds": 0.0}]  # the policies,
     # the vanilla loop and HF generate, on every example
     assert all(r.get("placeholder") for r in records) and not (tmp_path / "reg").exists()
     monkeypatch.setattr(shard, "load", real_pair)
@@ -239,6 +239,31 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
     planner = plan.Planner()
     planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
     assert planner.sweeps[0]["to_run"] == 1 and planner.sweeps[0]["decodes"] == 6 * 3  # only the small model is left
+
+
+def test_the_plan_prices_compiling_a_compiled_sweep(fake_zoo, tmp_path):
+    from bildlab import plan
+
+    grid = [{"method": "speculative", "k": 3}]
+    planner = plan.Planner()
+    planner.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)
+    planner.sweep("toy-mt", grid, registry=tmp_path / "reg", compile=True, **FAST)
+    planner.sweep("toy-sum", grid, registry=tmp_path / "reg", compile=True, **FAST)
+    eager, compiled, other = planner.sweeps
+    assert eager["compile_seconds"] == 0.0 and eager["decodes"] == compiled["decodes"]
+    assert compiled["compile_seconds"] == plan.COMPILE_SECONDS["toy-mt"]  # no compiled record of the pair yet
+    assert other["compile_seconds"] == plan.COMPILE_ELSE
+    # a compiled record in the registry (made up from an eager one): its compilation prices the next
+    from bildlab.registry import Registry
+
+    made = ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)[0]
+    for seconds in (12.5, 3.0):  # the longest: a shard's first compilation
+        made["key"] = {**made["key"], "compile": True, "seed": int(seconds)}
+        made["protocol"] = {**made["protocol"], "compile_seconds": seconds}
+        Registry(tmp_path / "reg").put(made["key"], made)
+    again = plan.Planner()
+    again.sweep("toy-mt", [{"method": "speculative", "k": 2}], registry=tmp_path / "reg", compile=True, **FAST)
+    assert again.sweeps[0]["compile_seconds"] == 12.5
 
 
 def test_two_plans_and_a_sweep_in_one_process_do_not_interfere(fake_zoo, tmp_path, monkeypatch):

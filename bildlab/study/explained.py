@@ -33,12 +33,13 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
     for (pair, where), rs in sorted(groups.items()):
         ratios = np.array([r["summary"]["measured_over_predicted"] for r in rs])
         within = int((np.abs(ratios - 1) <= tolerance).sum())
-        cal = rs[0]["calibration"]
+        cal, made = rs[0]["calibration"], sorted({r["calibration"].get("made") for r in rs})
         rows.append({"pair": pair, "timed": where, "records priced": len(ratios), f"within ±{tolerance:.0%}": within,
                      "share within": round(within / len(ratios), 3),
                      "measured / predicted: median [min, max]": f"{np.median(ratios):.3f} [{ratios.min():.3f}, "
                                                                  f"{ratios.max():.3f}]",
-                     "calibration": f"{cal.get('processor')}, {cal.get('threads')} thread(s), {cal.get('made')}"})
+                     "calibration": (f"{cal.get('processor')}, {cal.get('threads')} thread(s), "
+                                     + (made[0] if len(made) == 1 else f"{len(made)} of them, {made[0]} to {made[-1]}"))})
     fig, (ax1, ax2) = plots.panels(2, 6.4, 4.2)
     plots.measured_predicted({f"{p}, {w}": [(r["summary"]["predicted_speedup"], r["summary"]["predicted_speedup_ci"],
                                              r["summary"]["speedup"], r["summary"]["speedup_ci"]) for r in rs]
@@ -77,8 +78,11 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
 
 def _where(record: dict) -> str:
     """Where a priced record was timed, against the machine of the calibration that priced it."""
-    here = (record.get("calibration") or {}).get("timed_here")
-    return {True: "on the calibrated machine", False: "on another machine"}.get(here, "before records named the CPU")
+    cal = record.get("calibration") or {}
+    if cal.get("same_run"):  # `bildlab registry --retime`: calibrated and timed in one run
+        return "in the calibration's run"
+    return {True: "on a machine of the calibrated model, in another run",
+            False: "on another machine"}.get(cal.get("timed_here"), "before records named the CPU")
 
 
 def _at(xs, ys, x: float) -> float:
