@@ -263,15 +263,18 @@ OVERHEAD_POLICIES = {
 def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -> dict:
     """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read, sampling's
     probabilities and draws, prompt lookup's n-gram search), which the calls above leave out: whole decodes of the
-    vanilla model and of `OVERHEAD_POLICIES` on the sample, interleaved under the protocol; their time beyond what
-    their exact counts cost on the calls above. `large_call`: the greedy loop's, per call (from the vanilla decodes);
+    small model alone and of `OVERHEAD_POLICIES` on the sample, interleaved under the protocol; their time beyond what
+    their exact counts cost on the calls above. `large_call`: the greedy loop's, per call;
     beyond it, a drafting method's per draft step (`draft_step`), prompt lookup's and sampling's per large-model call
-    (`call`). Medians over the decodes: one slow decode (the machine's other work) moves a mean, not a median."""
+    (`call`). `large_call` is read from the small model's greedy decodes (the same loop, whichever model it runs):
+    there a step is a few times cheaper, so the same noise of the clock is a few times smaller against it (from the
+    large model's, under load, it came out below zero). Medians over the decodes: one slow decode (the machine's
+    other work) moves a mean, not a median."""
     from . import costs as pricing
     from .decoding import generate
 
     large, small = models
-    runners = {"greedy": lambda x, i: _out(generate(large, x, max_new_tokens=max_new_tokens))}
+    runners = {"greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))}
     for name, policy in OVERHEAD_POLICIES.items():
         drafts = policy["method"] in ("speculative", "bild")
         sampled = policy.get("do_sample") or policy["method"] == "sample"
@@ -287,11 +290,11 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
         for x, r in zip(xs, rows):
             st = r[name]["stats"]
             priced = pricing.decode_seconds(cal, method, "small", None if method == "greedy" else st,
-                                            len(r[name]["tokens"]), x.shape[1], dec_only)
+                                            len(r[name]["tokens"]), x.shape[1], dec_only)  # with no host work
             out.append((r[name]["seconds"] - priced, st["large_calls"], st["small_calls"]))
         return out
 
-    per_call = float(np.median([e / max(c, 1) for e, c, _ in extra("greedy", "greedy")]))
+    per_call = float(np.median([e / max(c, 1) for e, c, _ in extra("greedy small", "small")]))
     out = {"large_call": per_call, "call": {}, "draft_step": {}, "n": len(xs)}
     for name, policy in OVERHEAD_POLICIES.items():
         method = "greedy" if name == "sample" else policy["method"]
