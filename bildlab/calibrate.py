@@ -173,9 +173,16 @@ def _cost(values) -> tuple[float, list[float]]:
     return float(values.mean()), [lo, hi]
 
 
-def _steps(rows, runner, prefixes, n) -> dict:
+def _steps(rows, runner, prefixes, n, positions: list[int]) -> dict:
+    """A step's mean cost per prefix (`seconds`, with its interval), and by position in its run (`by_position`: the
+    mean of the j-th step of a draft, j = 0 right after the large model's pass, or of a greedy run; `positions` gives
+    each timed step's): a model's first steps after another model ran are dearer (its weights are cold)."""
     cells = [_cost([np.mean(r[f"{runner} {p}"]["stats"]["steps"]) for r in rows]) for p in prefixes]
-    return {"prefix": list(prefixes), "seconds": [c[0] for c in cells], "ci": [c[1] for c in cells], "n": n}
+    at = np.asarray(positions)
+    by = [[float(np.mean([np.asarray(r[f"{runner} {p}"]["stats"]["steps"])[at == j].mean() for r in rows]))
+           for j in range(at.max() + 1)] for p in prefixes] if len(at) else [[] for _ in prefixes]
+    return {"prefix": list(prefixes), "seconds": [c[0] for c in cells], "ci": [c[1] for c in cells], "n": n,
+            "by_position": by}
 
 
 def defaults(pair: str, device: str = "cpu") -> dict:
@@ -227,9 +234,11 @@ def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int
              for q in prefixes]
     costs["large_pass"] = {"m": list(ms), "prefix": list(prefixes), "seconds": [[c[0] for c in row] for row in cells],
                            "ci": [[c[1] for c in row] for row in cells], "n": n}
-    costs["small_step"] = _steps(rows, "draft small", prefixes, n)
-    costs["drafts"] = {d: _steps(rows, f"draft {d}", prefixes, n) for d in models if d != "small"}
-    costs["greedy_step"] = {m: _steps(rows, f"greedy {m}", prefixes, n) for m in ("large", "small")}
+    in_draft = [j for m in ms for j in range(m - 1)]  # each step's position in its draft (m - 1 steps, then the pass)
+    costs["small_step"] = _steps(rows, "draft small", prefixes, n, in_draft)
+    costs["drafts"] = {d: _steps(rows, f"draft {d}", prefixes, n, in_draft) for d in models if d != "small"}
+    costs["greedy_step"] = {m: _steps(rows, f"greedy {m}", prefixes, n, list(range(GREEDY_STEPS)))
+                            for m in ("large", "small")}
     seconds, ci = _cost([r["decode"]["seconds"] for r in rows])
     costs["vanilla_decode"] = {"seconds": seconds, "ci": ci, "tokens": float(np.mean([len(r["decode"]["tokens"])
                                                                                           for r in rows])), "n": n}

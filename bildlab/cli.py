@@ -131,8 +131,9 @@ def _registry(args) -> int:
         if args.retime:
             from .retime import retime
 
-            pairs = set(args.pair or ())
-            out = retime(Registry(root), only=(lambda r: r["key"]["pair"] in pairs) if pairs else None,
+            pairs, splits = set(args.pair or ()), set(args.split or ())
+            out = retime(Registry(root), only=lambda r: ((not pairs or r["key"]["pair"] in pairs)
+                                                         and (not splits or r["key"]["split"] in splits)),
                          progress=not args.quiet)
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
             print(f"{root}: {out['retimed']} records timed again on this machine, priced by its calibrations of "
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="time every sweep again on this machine, after a calibration of it in the same run (the "
                            "outputs checked against the stored ones; resumes an interrupted retime)")
     registry.add_argument("--pair", action="append", help="--retime: only this pair's records (repeatable)")
+    registry.add_argument("--split", action="append", help="--retime: only this split's records (repeatable)")
     registry.add_argument("--quiet", action="store_true", help="no progress bar (--recount, --retime)")
     registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
                           help="the notebooks' parameters that --unused and --prune read with (default: toy)")

@@ -5,9 +5,9 @@
 
 The cost model (one decode at batch 1, the calls `decoding.generate` makes):
 
-    vanilla   encoder(L) + T * (greedy step + overhead per call)
+    vanilla   encoder(L) + greedy run(T) + T * overhead per call
     policy    encoder(L) [+ the draft's encoder(L)] + C * (pass(1) + overhead per call) + D * slope
-              + S * (step + overhead per draft step)
+              + R * run(S / R) + S * overhead per draft step
 
 with L the source length, T the vanilla output's tokens (a greedy step: the large model's one-token steps back to
 back), C the large model's calls, D the drafted tokens (each call feeds the large model's last token and the draft
@@ -19,9 +19,11 @@ its passes) by the greedy step in place of pass(1), which is measured after draf
 call is its prefill over the prompt (the calibration's `encoder` of a decoder-only model), not a one-token pass. The
 overheads (the loop's host work: acceptance rule, commit, crops, BiLD's confidence read, sampling, n-gram search)
 come from the calibration's whole decodes of fixed policies (`calibrate.OVERHEAD_POLICIES`), a sampling decode's
-from sampling ones. Left out: host work that grows otherwise than theirs, the cost of a change of model on the core
-beyond the loop's pattern, cache growth beyond the calibrated prefixes, and a machine's drift between calibration
-and timing.
+from sampling ones. A model's steps are priced by their position in their run (`run_seconds`: the first steps after
+the other model ran are dearer, its weights cold): a draft model's S steps as R drafts of S / R steps each (R, the
+drafts: one before each large call but the first), a greedy loop's as one run. Left out: the spread of draft lengths
+around their mean (priced as if all were of the mean length), host work that grows otherwise than the fixed
+policies', cache growth beyond the calibrated prefixes, and a machine's drift between calibration and timing.
 """
 
 from __future__ import annotations
@@ -68,6 +70,19 @@ def large_pass(cal: dict, prefix: float) -> tuple[float, float]:
     return one, max(_line(lp["m"], per_m)[1], 0.0)
 
 
+def run_seconds(series: dict, prefix: float, steps: float) -> float:
+    """Seconds of `steps` consecutive one-token steps of one model (a draft of that length, or a greedy run) from a
+    step series of the calibration (`small_step`, a draft's, `greedy_step`): by position where it was measured
+    (`by_position`: the first steps after another model ran are dearer), positions past the measured ones at the
+    last one's cost, a fraction of a step at its position's; else `steps` times the mean step."""
+    by = series.get("by_position")
+    if not by or not by[0]:
+        return steps * _at(series["prefix"], series["seconds"], prefix)
+    c = [_at(series["prefix"], [row[j] for row in by], prefix) for j in range(len(by[0]))]
+    whole = int(steps)
+    return sum(c[:whole]) + max(whole - len(c), 0) * c[-1] + (steps - whole) * c[min(whole, len(c) - 1)]
+
+
 def greedy_step(cal: dict, model: str, prefix: float) -> float:
     """Seconds of a one-token step of `model` ('large' or 'small') in a greedy loop (steps back to back); a
     calibration without them prices it as the large model's one-token pass or the draft's step."""
@@ -77,13 +92,19 @@ def greedy_step(cal: dict, model: str, prefix: float) -> float:
     return _at(g["prefix"], g["seconds"], prefix)
 
 
-def draft_step(cal: dict, draft: str, prefix: float) -> float:
-    """Seconds of the draft's one-token step ('small', or a draft in the calibration's `drafts`)."""
+def _draft_series(cal: dict, draft: str) -> dict:
     c = cal["costs"]
     s = c["small_step"] if draft == "small" else (c.get("drafts") or {}).get(draft)
     if s is None:
         raise ValueError(f"draft must be 'small' or one the calibration measured "
                          f"({', '.join(['small', *(c.get('drafts') or {})])}); got {draft!r}")
+    return s
+
+
+def draft_step(cal: dict, draft: str, prefix: float) -> float:
+    """Seconds of the draft's one-token step ('small', or a draft in the calibration's `drafts`), the mean over the
+    calibration's drafts."""
+    s = _draft_series(cal, draft)
     return _at(s["prefix"], s["seconds"], prefix)
 
 
@@ -99,12 +120,14 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
     per_call, per_step = over.get("call") or {}, over.get("draft_step") or {}  # per method, beyond the greedy loop's
     if method in ("greedy", "small") or stats is None:
         model = "small" if method == "small" else "large"
-        one = greedy_step(cal, model, prefix)
         calls = tokens if stats is None else stats["large_calls"]  # the small model alone counts as 'large'
+        g = (cal["costs"].get("greedy_step") or {}).get(model)
+        steps = max(calls - decoder_only, 0)
+        run = run_seconds(g, prefix, steps) if g is not None else steps * greedy_step(cal, model, prefix)
         # the greedy loop's host work per call (argmax over the vocabulary, EOS check, commit) is the same code
-        # whichever model it runs: measured on the large model's decodes, priced for the small model's too
+        # whichever model it runs (`calibrate._overhead`)
         host = over["large_call"] + (per_call.get("sample", 0.0) if sampled else 0.0)
-        return encoder(cal, model, source) + max(calls - decoder_only, 0) * one + calls * host
+        return encoder(cal, model, source) + run + calls * host
     name = f"{method} sampling" if sampled else method
     one, slope = large_pass(cal, prefix)
     if method == "prompt-lookup":  # no draft model between its passes: their one-token part is a greedy step's
@@ -114,8 +137,10 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
         calls * (over["large_call"] + per_call.get(name, 0.0))
     if steps:
         own = draft != "early-exit"  # an early exit runs on the large model's encoder outputs and cache
-        t += (encoder(cal, "small", source) if own else 0.0) + max(steps - (decoder_only and own), 0) * \
-            draft_step(cal, draft, prefix) + steps * per_step.get(name, 0.0)
+        drafting = max(steps - (decoder_only and own), 0)  # one-token steps (a decoder-only draft's first: prefill)
+        rounds = min(drafting, max(calls - 1, 1))  # drafts made: one before each large call but the first
+        t += (encoder(cal, "small", source) if own else 0.0) + steps * per_step.get(name, 0.0) + \
+            (rounds * run_seconds(_draft_series(cal, draft), prefix, drafting / rounds) if rounds else 0.0)
     return t
 
 
@@ -205,7 +230,10 @@ def with_cost_ratio(cal: dict, c: float, draft: str = "small") -> dict:
 
     out = copy.deepcopy(cal)
     s = out["costs"]["small_step"] if draft == "small" else out["costs"]["drafts"][draft]
-    s["seconds"] = [c * large_pass(cal, p)[0] for p in s["prefix"]]
+    new = [c * large_pass(cal, p)[0] for p in s["prefix"]]
+    if s.get("by_position"):  # each position scaled as the mean: its first steps stay as much dearer
+        s["by_position"] = [[v * n / o for v in row] for row, n, o in zip(s["by_position"], new, s["seconds"])]
+    s["seconds"] = new
     return out
 
 

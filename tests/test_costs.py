@@ -133,3 +133,25 @@ def test_host_work_is_priced_per_call_and_per_draft_step_by_method():
     assert more("greedy", True, st=None) == pytest.approx(12 * (1e-4 + 2e-4))  # ... sampling
     assert more("bild") == pytest.approx(4 * 1e-4)  # a method the calibration has no draft-step work for: none
     assert costs.decode_seconds(cal, "speculative", "small", *args) > 0
+
+
+def test_steps_are_priced_by_their_position_in_a_run():
+    cal, flat = calibration(), calibration()
+    first, later = 3e-3, 1e-3  # a draft's first step after the large model's pass, and the next ones
+    cal["costs"]["small_step"]["by_position"] = [[first, later, later]] * 2
+    stats = dict(large_calls=4, drafted=6, small_calls=6)  # three drafts (before every call but the first) of 2 steps
+    extra = (costs.decode_seconds(cal, "bild", "small", stats, 8, 6, False)
+             - costs.decode_seconds(flat, "bild", "small", stats, 8, 6, False))
+    assert extra == pytest.approx(3 * (first + later) - 6 * SMALL)
+    s = cal["costs"]["small_step"]
+    assert costs.run_seconds(s, 4, 5) == pytest.approx(first + 4 * later)  # past the measured positions: the last's
+    assert costs.run_seconds(s, 4, 1.5) == pytest.approx(first + 0.5 * later)  # a fraction of the next step
+    assert costs.run_seconds(flat["costs"]["small_step"], 4, 5) == pytest.approx(5 * SMALL)  # none measured: the mean
+    # the greedy loop's run: the small model alone, its steps after the first cheaper
+    cal["costs"]["greedy_step"] = {"small": {"prefix": [1, 64], "seconds": [2e-3] * 2, "by_position": [[4e-3, 1e-3]] * 2},
+                                   "large": {"prefix": [1, 64], "seconds": [STEP] * 2}}
+    alone = costs.decode_seconds(cal, "small", "small", dict(large_calls=10), 10, 6, False)
+    assert alone == pytest.approx(ENC_SMALL + 4e-3 + 9 * 1e-3)
+    # with another c, each position scales as the mean does
+    c = costs.with_cost_ratio(cal, 0.5)["costs"]["small_step"]
+    assert c["by_position"][0] == pytest.approx([v * 0.5 * STEP / SMALL for v in (first, later, later)])
