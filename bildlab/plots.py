@@ -154,25 +154,25 @@ def measured_predicted(series: dict[str, list[tuple]], *, tolerance: float, titl
     return _finish(ax, fig, title)
 
 
-def against_cost_ratio(cs: list[float], curves: dict[str, list[float]], marks: dict[str, tuple], *, title: str = "",
-                       ax=None):
-    """Predicted speedup against the cost ratio c, one line per policy (its counts fixed); `marks` ({policy: (c,
-    measured speedup, machine)}) puts each calibrated machine's c on the line (a ring) and the speedup measured there
-    beside it (a diamond)."""
-    import numpy as np
-
+def against_cost_ratio(cs: list[float], curves: dict[str, list[float]], marks: dict[str, list[tuple]], *,
+                       title: str = "", ax=None):
+    """Predicted speedup against the cost ratio c, one line per policy (its counts fixed); `marks` ({policy: [(c,
+    predicted, measured or None, machine), ...]}) puts each calibrated machine at its c and the speedup its
+    calibration predicts there (an open marker, one shape per machine), and the speedup measured there where the
+    policy was timed on it (a diamond)."""
     fig, ax = _figure() if ax is None else (ax.figure, ax)
-    labelled = set()
+    shapes, labelled = {}, set()
     for color, (name, ys) in zip(COLORS, curves.items()):
         ax.plot(cs, ys, color=color, lw=1.2, label=name)
-        if name in marks:
-            c, measured, machine = marks[name]
-            first = machine not in labelled
-            labelled.add(machine)
-            ax.scatter([c], [float(np.interp(c, cs, ys))], s=45, facecolors="none", edgecolors=color, linewidths=1.0,
-                       zorder=3, label=f"predicted at the c of {machine}" if first else None)
-            ax.scatter([c], [measured], marker="D", s=28, color=color, edgecolors="black", linewidths=0.6, zorder=3,
-                       label=f"measured on {machine}" if first else None)
+        for c, predicted, measured, machine in marks.get(name, ()):
+            shape = shapes.setdefault(machine, "os^v<>"[len(shapes) % 6])
+            ax.scatter([c], [predicted], marker=shape, s=45, facecolors="none", edgecolors=color, linewidths=1.0,
+                       zorder=3, label=f"predicted on {machine}" if ("p", machine) not in labelled else None)
+            labelled.add(("p", machine))
+            if measured is not None:
+                ax.scatter([c], [measured], marker="D", s=28, color=color, edgecolors="black", linewidths=0.6,
+                           zorder=3, label=f"measured on {machine}" if ("m", machine) not in labelled else None)
+                labelled.add(("m", machine))
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xlabel("cost ratio c (draft step / large one-token pass)")
     ax.set_ylabel("speedup over the vanilla large model (x)")

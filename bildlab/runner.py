@@ -223,6 +223,7 @@ def _clean(path: Path) -> None:
 
 
 START, END = "<!-- toy-results:start -->", "<!-- toy-results:end -->"
+EXPLAINED_START, EXPLAINED_END = "<!-- explained:start -->", "<!-- explained:end -->"
 
 
 def registry_of(name: str, params: dict) -> Path:
@@ -299,13 +300,31 @@ def results_table(table: str | os.PathLike | None = None) -> str:
     return "\n".join(lines)
 
 
+def explained_line(path: str | os.PathLike | None = None) -> str:
+    """The README's line on speedups explained by measured costs, from the count RQ2 wrote beside its figure
+    (figures/rq2_costs.json)."""
+    data = json.loads(Path(path or ROOT / "figures" / "rq2_costs.json").read_text())
+    n, k, tol, r = data["records"], data["within"], data["tolerance"], data["ratio"]
+    methods = ", ".join(f"{m} {a} of {b}" for m, (a, b) in sorted(data["per_method"].items()))
+    where = "; ".join(f"{w.replace(', ', ' (timed ', 1)}) {a} of {b}" for w, (a, b) in sorted(data["per_pair"].items()))
+    return (f"Committed records priced by a calibration: **{k} of {n} within ±{tol:.0%}** ({k / max(n, 1):.0%}); "
+            f"by method: {methods}; measured / predicted median {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] "
+            f"(per pair and where timed: {where}).")
+
+
+def _block(text: str, start: str, end: str, body: str, readme: Path) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"{readme} has no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def update_readme(readme: Path | None = None) -> None:
-    """Replace the toy-results block of the README with the table regenerated from the registry."""
+    """Replace the README's generated blocks with what the study wrote: the toy-results table (RQ5's rows) and the
+    line on speedups explained by measured costs (RQ2's count)."""
     readme = Path(readme or ROOT / "README.md")
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme} has no {START} ... {END} block")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
+    text = _block(readme.read_text(), START, END, results_table(), readme)
+    text = _block(text, EXPLAINED_START, EXPLAINED_END, explained_line(), readme)
     with atomic_path(readme) as tmp:
-        tmp.write_text(f"{head}{START}\n{results_table()}\n{END}{tail}")
+        tmp.write_text(text)

@@ -1,6 +1,7 @@
 """The study layer: parameter checks before anything runs, the speculative-decoding formulas, figure files."""
 
 import hashlib
+import json
 import re
 import sys
 
@@ -531,6 +532,25 @@ def test_the_readme_table_is_regenerated_from_the_committed_registry(tmp_path, m
     table = runner.results_table(tmp_path / "rq5_main_table.json")
     assert f"{runner.START}\n{table}\n{runner.END}" in (runner.ROOT / "README.md").read_text()
     assert (tmp_path / "rq5_main_table.json").read_text() == (runner.ROOT / "figures" / "rq5_main_table.json").read_text()
+
+
+def test_the_readme_count_of_explained_speedups_is_regenerated_from_the_committed_registry(tmp_path):
+    """RQ2's count of records within ±5% of their prediction, made again from results/toy, is the README's line."""
+    study.explained(runner.ROOT / "results" / "toy", [], figures=tmp_path)
+    assert (tmp_path / "rq2_costs.json").read_text() == (runner.ROOT / "figures" / "rq2_costs.json").read_text()
+    line = runner.explained_line(tmp_path / "rq2_costs.json")
+    assert f"{runner.EXPLAINED_START}\n{line}\n{runner.EXPLAINED_END}" in (runner.ROOT / "README.md").read_text()
+
+
+def test_the_explained_line_says_what_its_count_holds(tmp_path):
+    data = {"records": 10, "within": 9, "tolerance": 0.05, "per_method": {"bild": [6, 6], "small": [3, 4]},
+            "per_pair": {"toy-mt, in the calibration's run": [9, 10]},
+            "ratio": {"median": 1.004, "min": 0.93, "max": 1.03}}
+    (tmp_path / "rq2_costs.json").write_text(json.dumps(data))
+    assert runner.explained_line(tmp_path / "rq2_costs.json") == (
+        "Committed records priced by a calibration: **9 of 10 within ±5%** (90%); by method: bild 6 of 6, small 3 of "
+        "4; measured / predicted median 1.004 [0.930, 1.030] (per pair and where timed: toy-mt (timed in the "
+        "calibration's run) 9 of 10).")
 
 
 @pytest.mark.slow

@@ -26,7 +26,9 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
     """
     reg = registry if isinstance(registry, Registry) else Registry(registry)
     records = [r for r in reg.records() if r["summary"].get("measured_over_predicted") is not None]
-    cals = {c["key"]["pair"]: c for c in sorted(reg.calibrations(), key=lambda c: c["made"])}  # the newest per pair
+    machines = {}  # the newest calibration of each pair on each machine (CPU or GPU model)
+    for c in sorted(reg.calibrations(), key=lambda c: c["made"]):
+        machines.setdefault(c["key"]["pair"], {})[_machine(c["key"])] = c
     rows, groups = [], {}
     for r in records:
         groups.setdefault((r["key"]["pair"], _where(r)), []).append(r)
@@ -47,16 +49,26 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
                              title=f"every priced record: measured against predicted (N = {len(records)} records)")
     curves, marks = {}, {}
     for r in chosen:
-        cal = cals.get(r["key"]["pair"])
+        there = machines.get(r["key"]["pair"], {})
+        own = (r.get("calibration") or {}).get("processor")
+        cal = next((c for m, c in there.items() if c["key"]["processor"] == own), None) or \
+            (list(there.values())[-1] if there else None)
         if cal is None or r["summary"].get("predicted_speedup") is None:
             continue
         sources, enc_dec = costs.source_lengths(r["key"]["pair"], r["key"]["task"], r["key"]["split"],
                                                 r["key"]["limit"])
         draft = r["key"].get("draft", "small")
-        curve = [costs.predict(r, costs.with_cost_ratio(cal, c, draft), sources, encoder_decoder=enc_dec)
-                 ["predicted_speedup"] for c in CS]
-        curves[_label(r)] = curve
-        marks[_label(r)] = (costs.cost_ratio(cal, draft), r["summary"]["speedup"], cal["key"]["processor"])
+        curves[_label(r)] = [costs.predict(r, costs.with_cost_ratio(cal, c, draft), sources, encoder_decoder=enc_dec)
+                             ["predicted_speedup"] for c in CS]
+        marks[_label(r)] = []
+        for machine, other in there.items():
+            try:
+                c = costs.cost_ratio(other, draft)
+            except ValueError:  # a draft that machine's calibration did not measure
+                continue
+            predicted = costs.predict(r, other, sources, encoder_decoder=enc_dec)["predicted_speedup"]
+            timed = other["key"]["processor"] == own and (r.get("calibration") or {}).get("timed_here") is not False
+            marks[_label(r)].append((c, predicted, r["summary"]["speedup"] if timed else None, machine))
     plots.against_cost_ratio(list(CS), curves, marks, ax=ax2,
                              title="chosen policies: predicted speedup against c (their counts, other costs)")
     fig.tight_layout()
@@ -67,13 +79,39 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
               + "".join(f"; {row['pair']} (timed {row['timed']}): {row[f'within ±{tolerance:.0%}']} of "
                         f"{row['records priced']} (measured / predicted "
                         f"{row['measured / predicted: median [min, max]']})" for row in rows)
-              + ". " + "; ".join(f"{name}: measured {m[1]:.2f}x at this machine's c = {m[0]:.3f}, predicted "
-                                 f"{_at(CS, curves[name], 0.1):.2f}x at c = 0.1 and {_at(CS, curves[name], 0.5):.2f}x "
-                                 f"at c = 0.5" for name, m in marks.items()) + ".")
+              + ". " + "; ".join(f"{name}: " + ", ".join(
+                  f"{'measured ' + format(m, '.2f') + 'x and ' if m is not None else ''}predicted {p:.2f}x on {w} "
+                  f"(c = {c:.3f})" for c, p, m, w in marks[name]) + f"; predicted {_at(CS, curves[name], 0.1):.2f}x "
+                  f"at c = 0.1 and {_at(CS, curves[name], 0.5):.2f}x at c = 0.5" for name in curves) + ".")
+    ratios = np.array([r["summary"]["measured_over_predicted"] for r in records]) if records else np.ones(1)
+    per_method = {}
+    for r in records:
+        m = per_method.setdefault(r["key"]["method"], [0, 0])
+        m[0], m[1] = m[0] + bool(costs.explained(r, tolerance)), m[1] + 1
     headline = {"records": n, "within": inside, "tolerance": tolerance,
                 "per_pair": {f"{row['pair']}, {row['timed']}": [row[f"within ±{tolerance:.0%}"], row["records priced"]]
-                             for row in rows}}
+                             for row in rows},
+                "per_method": per_method, "ratio": {"median": round(float(np.median(ratios)), 3),
+                                                    "min": round(float(ratios.min()), 3),
+                                                    "max": round(float(ratios.max()), 3)}}
+    _save_headline(headline, figures)
     return Result("speedups explained by measured costs", _frame(rows), fig, answer, headline, records)
+
+
+def _save_headline(headline: dict, figures) -> None:
+    """The count beside its figure (figures/rq2_costs.json): what the README's line on it is made from."""
+    import json
+    from pathlib import Path
+
+    from ..atomic import atomic_path
+
+    with atomic_path(Path(figures) / "rq2_costs.json") as tmp:
+        tmp.write_text(json.dumps(headline, indent=1) + "\n")
+
+
+def _machine(key: dict) -> str:
+    """A calibrated machine, as a figure names it: its CPU model, or its GPU's name."""
+    return key["processor"] if key.get("device") == "cpu" else key.get("device_name", "?")
 
 
 def _where(record: dict) -> str:
