@@ -11,7 +11,9 @@ times every sweep of that pair again under the one protocol (`shard.time_shard`:
 policy of the sweep interleaved on the examples the sweep timed). The new batch-1 outputs must equal the record's
 stored ones (text and length of every timed example, and their counts); a record whose outputs differ is left as it
 was and named in the result. Only the timings, the machine, the summary's speeds and the prediction change; the
-outputs, the scores and the mechanism do not. Each sweep is checkpointed as it goes (in this run's calibration's
+outputs, the scores and the mechanism do not. A sweep timed with compiled steps (`compile=True`) is timed again
+compiled, its steps compiled before its first timed decode (`protocol.compile_seconds`); it is not priced (the
+calibration measures eager calls). Each sweep is checkpointed as it goes (in this run's calibration's
 name) and its records are written whole, so an interrupted retime resumes: a record already retimed with a
 calibration of its own run (`calibration.same_run`) is skipped.
 """
@@ -29,11 +31,11 @@ from .summary import summarize
 
 def _sweeps(registry: Registry, only) -> tuple[dict[str, list[dict]], int]:
     """The records to retime grouped by sweep ({sweep: records}), and how many were skipped: retimed already with
-    their own run's calibration, timed with compiled steps, or not chosen by `only`."""
+    their own run's calibration, or not chosen by `only`."""
     sweeps, skipped = defaultdict(list), 0
     for record in registry.records():
         cal = record.get("calibration") or {}
-        if cal.get("same_run") or record["key"].get("compile") or (only is not None and not only(record)):
+        if cal.get("same_run") or (only is not None and not only(record)):
             skipped += 1
         else:
             sweeps[record["protocol"]["sweep"]].append(record)
@@ -53,7 +55,7 @@ def _spec(records: list[dict]) -> tuple[dict, list[int]]:
             "entries": entries, "zoo": str(zoo_dir()), "seed": key["seed"], "max_new_tokens": key["max_new_tokens"],
             "warmup": protocol["warmup"], "threads": key["threads"], "repeats": key["repeats"],
             "hf_baseline": any(r["key"]["secondary"] == "hf_greedy" for r in records), "device": key["device"],
-            "compile": False}
+            "compile": bool(key.get("compile"))}
     return spec, timed
 
 
@@ -76,13 +78,17 @@ def _update(record: dict, n: int, spec: dict, done: dict[int, dict], p, cal: dic
     key = record["key"]
     examples = tasks.load_task(key["task"], key["split"], limit=key["limit"])
     record["examples"], record["machines"] = rows, [next(iter(done.values()))["machine"]]
+    compiled = [row["compile_seconds"] for row in done.values() if "compile_seconds" in row]
     record["protocol"] = {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                           "interleaved_with": shard.runner_names(spec["entries"], spec["hf_baseline"]),
-                          "sweep": record["protocol"]["sweep"]}
+                          "sweep": record["protocol"]["sweep"],
+                          **({"compile_seconds": timing.ns(sum(compiled))} if compiled else {})}
     record["retimed"] = {"made": made, "versions": versions()}
     record["summary"] = summarize(rows, [ex["target"] for ex in examples], metric=tasks.task_metric(key["task"]))
     sources, enc_dec = costs.source_lengths(key["pair"], key["task"], key["split"], key["limit"])
     costs.attach(record, cal, sources, encoder_decoder=enc_dec)
+    if spec["compile"]:  # the calibration prices eager calls: a compiled decode's are not priced
+        record["summary"].update(dict.fromkeys(costs.FIELDS))
     record["calibration"]["same_run"] = True
     return True
 

@@ -156,3 +156,17 @@ def test_a_compiled_sweep_gives_the_eager_outputs(fake_zoo, tmp_path):
         assert [x["output"] for x in c["examples"]] == [x["output"] for x in e["examples"]]
         assert c["protocol"]["compile_seconds"] > 0 and "compile_seconds" not in e["protocol"]
     assert compiled[0]["summary"]["identical_count"] == 4  # speculative decoding: lossless over compiled greedy
+    # timed again on this machine (bildlab registry --retime): compiled again, its outputs kept, not priced
+    from bildlab import calibrate
+    from bildlab.retime import retime
+
+    reg = Registry(tmp_path)
+    cal = calibrate.calibrate("toy-mt", registry=reg, n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3), prefixes=(0,),
+                              max_new_tokens=8, warmup=0)
+    out = retime(reg, only=lambda r: r["key"].get("compile"), progress=False, calibration={"toy-mt": cal})
+    assert out["retimed"] == 2 and out["differ"] == []
+    for c in compiled:
+        again = reg.get(c["key"])
+        assert [x["output"] for x in again["examples"]] == [x["output"] for x in c["examples"]]
+        assert again["protocol"]["compile_seconds"] > 0 and again["calibration"]["same_run"]
+        assert again["summary"]["predicted_speedup"] is None and again["summary"]["speedup"] > 0
