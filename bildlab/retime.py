@@ -6,8 +6,9 @@ one run, so that a record's prediction and its measurement come from the same ma
 
     retime(Registry("results/toy"))            # also `bildlab registry --retime [--pair toy-mt]`
 
-For each pair it calibrates this machine (`calibrate.calibrate`, written to the registry's `.calibrations/`), then
-times every sweep of that pair again under the one protocol (`shard.time_shard`: the vanilla runs and every
+For each pair it calibrates this machine (`calibrate.calibrate`, written to the registry's `.calibrations/`; again
+before a sweep that starts more than `FRESH` seconds after it: a shared machine's speed drifts), then times every
+sweep of that pair again under the one protocol (`shard.time_shard`: the vanilla runs and every
 policy of the sweep interleaved on the examples the sweep timed). The new batch-1 outputs must equal the record's
 stored ones (text and length of every timed example, and their counts); a record whose outputs differ is left as it
 was and named in the result. Only the timings, the machine, the summary's speeds and the prediction change; the
@@ -20,6 +21,7 @@ calibration of its own run (`calibration.same_run`) is skipped.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import datetime, timezone
 
@@ -28,6 +30,9 @@ from .models import zoo_dir
 from .records import _agree, label
 from .registry import Registry, digest, versions
 from .summary import summarize
+
+FRESH = 600  # seconds: a pair's calibration is made again before a sweep that starts later than this after it
+
 
 def _sweeps(registry: Registry, only) -> tuple[dict[str, list[dict]], int]:
     """The records to retime grouped by sweep ({sweep: records}), and how many were skipped: retimed already with
@@ -101,12 +106,15 @@ def retime(registry, *, only=None, progress: bool = True, calibration: dict | No
     sweeps, skipped = _sweeps(reg, only)
     out = {"retimed": 0, "differ": [], "skipped": skipped, "calibrations": {}}
     cals = dict(calibration or {})
+    given, made_at = set(cals), {}
     for sweep, records in sorted(sweeps.items(), key=lambda s: (s[1][0]["key"]["pair"], s[1][0]["key"]["split"])):
         spec, timed = _spec(records)
         pair = spec["pair"]
-        if pair not in cals:  # this machine, now: the costs that price what is timed next
+        if pair not in given and (pair not in cals or time.monotonic() - made_at[pair] > FRESH):
+            # this machine, now: the costs that price what is timed next (a machine drifts: again after FRESH s)
             cals[pair] = calibrate.calibrate(pair, device=spec["device"], threads=spec["threads"], registry=reg,
                                              progress=progress)
+            made_at[pair] = time.monotonic()
         cal = cals[pair]
         out["calibrations"][pair] = {"digest": digest(cal["key"]), "made": cal["made"]}
         point = {"retime": sweep, "keys": [r["key"] for r in records], "calibration": cal["made"]}
