@@ -147,7 +147,8 @@ def test_rq5s_choices_are_timed_on_rq5s_test_examples(monkeypatch, tmp_path):
 def test_a_compiled_sweep_gives_the_eager_outputs(fake_zoo, tmp_path):
     """Compiled steps timed on a sample, outputs in batches (eager) on every example: the timed batch-1 outputs are
     those, and every output is the eager sweep's; the compilation is reported, apart from the timed seconds."""
-    run = dict(limit=4, timing_limit=2, max_new_tokens=8, warmup=1, progress=False, registry=tmp_path, hf_baseline=False)
+    run = dict(limit=4, timing_limit=2, max_new_tokens=8, warmup=1, progress=False, registry=tmp_path / "reg",
+               hf_baseline=False)
     grid = [{"method": "speculative", "k": 2}, {"method": "bild", "fallback": 0.5, "rollback": 1.0}]
     eager, compiled = ev.sweep("toy-mt", grid, **run), ev.sweep("toy-mt", grid, compile=True, **run)
     for e, c in zip(eager, compiled):
@@ -160,7 +161,7 @@ def test_a_compiled_sweep_gives_the_eager_outputs(fake_zoo, tmp_path):
     from bildlab import calibrate
     from bildlab.retime import retime
 
-    reg = Registry(tmp_path)
+    reg = Registry(tmp_path / "reg")
     cal = calibrate.calibrate("toy-mt", registry=reg, n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3), prefixes=(0,),
                               max_new_tokens=8, warmup=0)
     out = retime(reg, only=lambda r: r["key"].get("compile"), progress=False, calibration={"toy-mt": cal})
