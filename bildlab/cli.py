@@ -137,7 +137,7 @@ def _registry(args) -> int:
                          progress=not args.quiet)
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
             print(f"{root}: {out['retimed']} records timed again on this machine, priced by its calibrations of "
-                  f"this run ({made}); {out['skipped']} skipped (retimed already, compiled, or not chosen)")
+                  f"this run ({made}); {out['skipped']} skipped (retimed already, or not chosen)")
             for name in out["differ"]:
                 print(f"{root}: {name}: batch-1 outputs differ from the record's; left as it was", file=sys.stderr)
             if out["differ"]:
