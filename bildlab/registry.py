@@ -188,6 +188,10 @@ class Registry:
             tmp.write_text(json.dumps({**record, "examples": packed}, separators=(",", ":")))
         return path
 
+    def drop_sweep_columns(self, sweep: str) -> None:
+        """Forget a sweep's shared vanilla columns (its records are written again with new ones)."""
+        self._sweep_path(sweep).unlink(missing_ok=True)
+
     def _sweep_path(self, sweep: str) -> Path:
         return self.root / ".sweeps" / f"{sweep}.json"
 
@@ -274,8 +278,9 @@ class Registry:
     def compact(self) -> int:
         """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an earlier packing):
         columns, the vanilla runs once per sweep, booleans and machine indices as strings, seconds as whole
-        nanoseconds, each column of outputs once by its content. Returns how many record files changed (values
-        unchanged, seconds to the nanosecond). Each file is replaced whole; the sweeps' files first, which records of
+        nanoseconds, each column of outputs once by its content (a sweep's file that no record reads, its records
+        timed again, is made again from them). Returns how many record files changed (values unchanged, seconds to
+        the nanosecond). Each file is replaced whole; the sweeps' files first, which records of
         either packing read."""
         for path in self.sweep_files():
             try:
@@ -286,6 +291,17 @@ class Registry:
             if packed != shared:
                 with atomic_path(path) as tmp:
                     tmp.write_text(json.dumps(packed, separators=(",", ":")))
+        referenced, kept = set(), set()  # sweeps whose file a record reads; sweeps with records that keep their own
+        for path in self.files():
+            try:
+                raw = json.loads(path.read_text())
+                packed, own = raw.get("examples"), (raw.get("protocol") or {}).get("sweep")
+                sweep = packed.get("sweep_columns") if isinstance(packed, dict) else None
+            except (OSError, ValueError, AttributeError):
+                continue
+            referenced.add(sweep) if sweep else kept.add(own)
+        for sweep in kept - referenced - {None}:  # a file no record reads (its records retimed): made again below
+            self.drop_sweep_columns(sweep)
         done = 0
         for path in self.files():
             try:

@@ -136,8 +136,11 @@ def retime(registry, *, only=None, progress: bool = True, calibration: dict | No
                 reg.save_partial(point, done)
         p = shard.load(pair, "small", spec["device"], spec["zoo"])
         made = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for n, record in enumerate(records):
-            if _update(record, n, spec, done, p, cal, made):
+        updated = [_update(record, n, spec, done, p, cal, made) for n, record in enumerate(records)]
+        if all(updated):  # the sweep's vanilla columns are timed again: its file is written anew by the first put
+            reg.drop_sweep_columns(sweep)
+        for n, (record, ok) in enumerate(zip(records, updated)):
+            if ok:
                 reg.put(record["key"], record)
                 out["retimed"] += 1
             else:

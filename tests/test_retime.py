@@ -1,6 +1,8 @@
 """bildlab.retime: a registry's sweeps timed again on this machine, priced by a calibration of the same run; the
 outputs, scores and mechanism unchanged, other outputs refused, an interrupted retime resumed."""
 
+import json
+
 from bildlab import calibrate, shard
 from bildlab import evaluate as ev
 from bildlab.registry import Registry
@@ -35,6 +37,8 @@ def test_retime_keeps_outputs_and_mechanism_and_prices_with_its_own_calibration(
         assert after["calibration"]["same_run"] and after["calibration"]["made"] == cal["made"]
         assert after["calibration"]["timed_here"] is True
         assert after["summary"]["predicted_speedup"] > 0
+        # the sweep's vanilla columns, timed again, stored once in the sweep's file (not copied into every record)
+        assert json.loads(reg.path(before["key"]).read_text())["examples"]["sweep_columns"]
     assert retime(reg, progress=False, calibration={"toy-mt": cal})["skipped"] == 3  # resumed: nothing left
 
 
