@@ -299,7 +299,10 @@ class Registry:
                 sweep = packed.get("sweep_columns") if isinstance(packed, dict) else None
             except (OSError, ValueError, AttributeError):
                 continue
-            referenced.add(sweep) if sweep else kept.add(own)
+            if sweep:
+                referenced.add(sweep)
+            else:
+                kept.add(own)
         for sweep in kept - referenced - {None}:  # a file no record reads (its records retimed): made again below
             self.drop_sweep_columns(sweep)
         done = 0
