@@ -8,20 +8,26 @@
 Per pair, one interleaved run under bildlab's one timing protocol (`timing.interleave`: warm-up excluded, fixed
 threads, rotating order) of: transformers' greedy `generate` and assisted generation (the references); bildlab's
 greedy, BiLD and speculative decoding eager (dynamic cache, the engine's default) and compiled (`cache="static",
-compile=True`); bildlab's greedy on a static cache without compilation. The compiled steps are built first by
+compile=True`); bildlab's greedy on a static cache without compilation; the small model's greedy alone, eager and
+compiled (with greedy's, the cost ratio c of each mode: seconds per token). The compiled steps are built first by
 `static.warm_up`, whose seconds (compilation, mostly) are reported apart and are in no timed example. Speedups are
 ratios of summed seconds with 95% paired-bootstrap intervals (`intervals`), and for the zoo pairs the BLEU of every
-method with the change against greedy. Exits non-zero if a lossless method's outputs differ from greedy's.
+method with the change against greedy. Exits non-zero if a lossless method's outputs differ from greedy's. The
+paper pairs' models have random weights: their BiLD and speculative rows time what random models accept (next to
+nothing), so only their greedy rows, the per-token costs and c say something. `--out` writes the run as JSON.
 """
 
 import argparse
+import json
+import platform
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import bildlab
-from bildlab import metrics, static, timing
+from bildlab import metrics, shard, static, timing
 from bildlab.benchmark import run
 from bildlab.intervals import interval, intervals, ratio_of_sums
 
@@ -36,6 +42,8 @@ ROWS = {
     "bild compiled": ("bild", dict(cache="static", compile=True)),
     "speculative": ("speculative", {}),
     "speculative compiled": ("speculative", dict(cache="static", compile=True)),
+    "small": ("small", {}),  # the small model's greedy alone: with greedy's, the cost ratio c of each mode
+    "small compiled": ("small", dict(cache="static", compile=True)),
 }
 LOSSLESS = ("hf_assisted", "greedy static", "greedy compiled", "speculative", "speculative compiled")
 # (row, baseline, target): the issue's targets on CPU; the rest answer "does the speedup survive a compiled baseline"
@@ -75,7 +83,15 @@ def measure(name, args):
                   rollback=args.rollback)
     with timing.fixed_threads(args.threads):
         compile_seconds = static.warm_up(large, inputs, small=small, max_new_tokens=args.max_new_tokens)
-    runners = {row: (lambda m, kw: lambda x, i: run(m, large, small, x, **policy, **kw))(*ROWS[row]) for row in ROWS}
+        compile_seconds += static.warm_up(small, inputs, max_new_tokens=args.max_new_tokens)  # the small alone
+    print(f"{name}: compilation (static.warm_up, untimed) {compile_seconds:.1f} s", flush=True)
+
+    def runner(method, kw):
+        if method == "small":
+            return lambda x, i: run("greedy", small, None, x, **policy, **kw)
+        return lambda x, i: run(method, large, small, x, **policy, **kw)
+
+    runners = {row: runner(*ROWS[row]) for row in ROWS}
     t0 = time.perf_counter()
     rows = timing.interleave(inputs, runners, warmup=args.warmup, threads=args.threads, repeats=args.repeats,
                              progress=name)
@@ -96,18 +112,28 @@ def measure(name, args):
         lo, hi = intervals(change, len(refs))
         delta = {r: (bleu[r] - bleu["greedy"], lo[j], hi[j]) for j, r in enumerate(ROWS)}
     print(f"{'row':>22} | {'tokens/s':>9} | {'same as greedy':>14} | {'BLEU (change vs greedy)':>30}")
+    result = {"pair": name, "n": len(inputs), "compile_seconds": compile_seconds, "rows": {}, "speedups": []}
     for r in ROWS:
         tps = sum(map(len, outputs[r])) / sum(seconds[r])
         same = sum(a == b for a, b in zip(outputs[r], outputs["greedy"]))
         q = f"{bleu[r]:.2f} ({delta[r][0]:+.2f} [{delta[r][1]:+.2f}, {delta[r][2]:+.2f}])" if bleu else "-"
         print(f"{r:>22} | {tps:9.1f} | {same:>6}/{len(inputs):<7} | {q:>30}")
+        result["rows"][r] = {"tokens_per_second": tps, "same_as_greedy": same, "bleu": bleu.get(r),
+                             "bleu_change": list(delta[r]) if bleu else None}
     print("speedups (ratio of summed seconds, 95% paired-bootstrap interval):")
     for r, base, target in SPEEDUPS:
         x = sum(seconds[base]) / sum(seconds[r])
         lo, hi = interval(lambda idx: ratio_of_sums(seconds[base], seconds[r], idx), len(inputs))
         verdict = "" if target is None else f"  target >= {target}x: {'met' if x >= target else 'NOT met'}"
         print(f"  {r} / {base}: {x:.2f}x [{lo:.2f}, {hi:.2f}]{verdict}")
-    return [r for r in LOSSLESS if outputs[r] != outputs["greedy"]]
+        result["speedups"].append({"row": r, "baseline": base, "speedup": x, "interval": [lo, hi], "target": target})
+    per_token = {r: sum(seconds[r]) / sum(map(len, outputs[r])) for r in ROWS}
+    result["cost_ratio"] = {"eager": per_token["small"] / per_token["greedy"],
+                            "compiled": per_token["small compiled"] / per_token["greedy compiled"]}
+    print("cost ratio c (the small model's greedy over the large model's, seconds per token): eager "
+          f"{result['cost_ratio']['eager']:.3f}, compiled {result['cost_ratio']['compiled']:.3f}")
+    result["not_identical"] = [r for r in LOSSLESS if outputs[r] != outputs["greedy"]]
+    return result
 
 
 def main(argv=None):
@@ -124,13 +150,19 @@ def main(argv=None):
     ap.add_argument("--aligned", action="store_true", help="the aligned small model (zoo pairs that have one)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
+    ap.add_argument("--out", help="also write the run (machine, versions, every row and speedup) to this JSON file")
     args = ap.parse_args(argv)
     pairs = args.pair or ["toy-mt", "toy-mt-llama"]
     known = ("toy-mt", "toy-sum", "toy-mt-llama", "paper-t5", "paper-mt5")
     if not set(pairs) <= set(known):
         ap.error(f"--pair must be among {', '.join(known)}; got {pairs}")
-    differ = {name: measure(name, args) for name in pairs}
-    bad = {name: rows for name, rows in differ.items() if rows}
+    results = [measure(name, args) for name in pairs]
+    if args.out:  # the run, whole, beside the printed tables
+        run_info = {"machine": shard.machine(args.device), "torch": torch.__version__, "python": platform.python_version(),
+                    "transformers": __import__("transformers").__version__, "args": vars(args), "pairs": results}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(run_info, indent=1) + "\n")
+    bad = {r["pair"]: r["not_identical"] for r in results if r["not_identical"]}
     if bad:
         print("NOT IDENTICAL to greedy:", bad)
         return 1

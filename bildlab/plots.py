@@ -8,6 +8,7 @@ appears once, where the notebook shows it.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -43,6 +44,16 @@ def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
             fig.savefig(tmp, format=ext, metadata=meta, dpi=150, bbox_inches="tight")
         paths.append(path)
     return paths
+
+
+def save_data(data, name: str, folder: str | os.PathLike = "figures") -> Path:
+    """Write `data` as folder/name.json beside the figure it was drawn from (what the README's lines and tables are
+    made from, without running the question again); the file appears whole or not at all."""
+    path = Path(folder) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+    return path
 
 
 def _errors(values, cis):

@@ -43,6 +43,7 @@ BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of
 LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
 
 OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
+CUDA_GRAPHS = {"triton.cudagraphs": True}  # mode "reduce-overhead" (torch.compile takes a mode or options, not both)
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {"forward"/"encoder": compiled}
 
@@ -99,9 +100,10 @@ def compiled(model: PreTrainedModel, part: str = "forward"):
     if part not in held:
         limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
-        mode = "reduce-overhead" if model.device.type == "cuda" else None
+        # a fresh dict for each: torch.compile pops "guard_filter_fn" from the one it is given
+        options = dict(OPTIONS, **(CUDA_GRAPHS if model.device.type == "cuda" else {}))
         fn = model.get_encoder().forward if part == "encoder" else model.forward
-        held[part] = torch.compile(fn, mode=mode, options=OPTIONS)
+        held[part] = torch.compile(fn, options=options)
     return held[part]
 
 
@@ -239,6 +241,8 @@ def warm_up(model: PreTrainedModel, inputs, small: PreTrainedModel | None = None
     t0 = _clock(inputs[0].device)
     if model.config.is_encoder_decoder:  # two source lengths: the graphs that take any length are built too
         sources = [inputs[0], torch.cat([inputs[0], inputs[0][:, -1:]], 1)]
+        if inputs[0].device.type == "cuda":  # CUDA graphs are recorded per shape: one input per source length
+            sources += list({x.shape[1]: x for x in inputs}.values())
     else:  # one prompt per cache length
         sources = list({cache_length(x.shape[1], max_new_tokens): x for x in inputs}.values())
     for m, role in [(model, "model")] + ([(small, "small")] if small is not None else []):

@@ -152,6 +152,33 @@ def test_sliding_window_layers_refused_or_exact():
         bildlab.generate(wide, x, max_new_tokens=N_NEW, cache="static", compile=True)
 
 
+class _OnCuda:  # what `static.compiled` reads of a model on a GPU (no GPU needed)
+    device = torch.device("cuda")
+
+    def forward(self, **kw):
+        pass
+
+    def get_encoder(self):
+        return self
+
+
+def test_every_compiled_step_gets_the_guard_filter_and_cuda_graphs_on_a_gpu(monkeypatch):
+    seen = []
+
+    def fake_compile(fn, **kw):  # as torch.compile: refuses a mode beside options, pops the guard filter
+        assert kw.get("mode") is None or kw.get("options") is None, "a mode or options, not both"
+        seen.append((kw["options"].pop("guard_filter_fn", None), dict(kw["options"])))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    cpu, gpu = tiny("t5", seed=98), _OnCuda()
+    for model in (cpu, gpu):
+        static.compiled(model)
+        static.compiled(model, "encoder")
+    assert [f for f, _ in seen] == [static.OPTIONS["guard_filter_fn"]] * 4  # the filter is never used up
+    assert [o for _, o in seen] == [{}, {}, static.CUDA_GRAPHS, static.CUDA_GRAPHS]
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Compiled steps (slow: compiling a tiny model's buckets takes a minute or more on one CPU thread)
 

@@ -94,19 +94,8 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
                 "per_method": per_method, "ratio": {"median": round(float(np.median(ratios)), 3),
                                                     "min": round(float(ratios.min()), 3),
                                                     "max": round(float(ratios.max()), 3)}}
-    _save_headline(headline, figures)
+    plots.save_data(headline, "rq2_costs", figures)  # the README's line on it is made from this
     return Result("speedups explained by measured costs", _frame(rows), fig, answer, headline, records)
-
-
-def _save_headline(headline: dict, figures) -> None:
-    """The count beside its figure (figures/rq2_costs.json): what the README's line on it is made from."""
-    import json
-    from pathlib import Path
-
-    from ..atomic import atomic_path
-
-    with atomic_path(Path(figures) / "rq2_costs.json") as tmp:
-        tmp.write_text(json.dumps(headline, indent=1) + "\n")
 
 
 def _machine(key: dict) -> str:

@@ -214,13 +214,8 @@ def chosen(pair: str, *, fallbacks, rollbacks, tolerance: float, degraded_tolera
 
 def _save_table(headline: dict, passes: int, figures, rows=ROWS) -> Path:
     """The main table's rows as data, beside its figure (figures/rq5_main_table.json): what the README's table is
-    made from, without running the question again."""
-    from ..atomic import atomic_path
-
+    made from."""
     data = {"rows": list(rows), "passes": passes,
             "pairs": {pair: {"metric": METRIC_NAMES[ev.tasks.task_metric(task_of(pair))], "rows": head}
                       for pair, head in headline.items()}}
-    path = Path(figures) / "rq5_main_table.json"
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return plots.save_data(data, "rq5_main_table", figures)
