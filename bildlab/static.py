@@ -107,6 +107,12 @@ def compiled(model: PreTrainedModel, part: str = "forward"):
     return held[part]
 
 
+def _any_length(tensor: torch.Tensor, dim: int) -> None:
+    """Compile `tensor`'s source-length dimension for any length from the first graph on (else dynamo compiles each
+    graph twice: for the first length, then again for any at the second)."""
+    torch._dynamo.maybe_mark_dynamic(tensor, dim)
+
+
 class StaticView(View):
     """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no copy)."""
 
@@ -127,9 +133,14 @@ class StaticView(View):
             encoder = compiled(model, "encoder") if compile else model.get_encoder()
             self._step()
             # compiled: a copy made here, as every input's (a caller's tensor may carry other dispatch keys)
-            self.encoder_outputs = encoder(input_ids=input_ids.clone() if compile else input_ids, return_dict=True)
+            source = input_ids.clone() if compile else input_ids
+            if compile:
+                _any_length(source, 1)
+            self.encoder_outputs = encoder(input_ids=source, return_dict=True)
             if self.graphs:
                 self.encoder_outputs.last_hidden_state = self.encoder_outputs.last_hidden_state.clone()
+            if compile:
+                _any_length(self.encoder_outputs.last_hidden_state, 1)
         # cross-attention: computed once, at the first decoder call, then read
         self.cache = EncoderDecoderCache(static, DynamicCache()) if self.encoder_decoder else static
         self.seconds += _clock(input_ids.device) - t0
@@ -165,6 +176,10 @@ class StaticView(View):
         if forward is not self.model:
             self._step()
         logits = forward(**kwargs).logits
+        if self.compile and self.encoder_decoder and self.cached == 0:  # the cross-attention keys and values, made
+            for layer in self.cache.cross_attention_cache.layers:  # now: the compiled steps read them at any length
+                _any_length(layer.keys, 2)
+                _any_length(layer.values, 2)
         if width > n:
             self._back(width - n)  # the padding's positions: written, and moved back at once
             logits = logits[:, :n]
