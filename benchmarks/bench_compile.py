@@ -20,6 +20,7 @@ nothing), so only their greedy rows, the per-token costs and c say something. `-
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -136,6 +137,47 @@ def measure(name, args):
     return result
 
 
+README_ROWS = (("greedy compiled", "greedy", "greedy compiled / eager"),
+               ("bild compiled", "greedy compiled", "BiLD / greedy, both compiled"),
+               ("bild compiled", "hf_greedy", "BiLD compiled / HF greedy (target 2.0x)"),
+               ("speculative compiled", "greedy compiled", "speculative / greedy, both compiled"),
+               ("speculative compiled", "hf_assisted", "speculative compiled / HF assisted (target 1.5x)"))
+
+
+def table(paths) -> str:
+    """The README's table of runs written by `--out` (one column per pair and machine): `--table FILE ...`."""
+    cols, head = [], []
+    for path in paths:
+        run = json.loads(Path(path).read_text())
+        where = run["machine"]["device_name"] if run["machine"]["device"].startswith("cuda") else "CPU, 1 thread"
+        for pair in run["pairs"]:
+            cols.append(pair)
+            head.append(f"{pair['pair']}, {where}")
+    lines = ["| 95% interval | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for row, base, label in README_ROWS:
+        cells = []
+        for pair in cols:
+            x = next(s for s in pair["speedups"] if s["row"] == row and s["baseline"] == base)
+            cells.append(f"{x['speedup']:.2f}x [{x['interval'][0]:.2f}, {x['interval'][1]:.2f}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| cost ratio c, eager → compiled | " + " | ".join(
+        f"{p['cost_ratio']['eager']:.2f} → {p['cost_ratio']['compiled']:.2f}" for p in cols) + " |")
+    lines.append("| N; compilation (untimed) | " + " | ".join(f"{p['n']}; {p['compile_seconds']:.0f} s" for p in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def commit() -> str | None:
+    """The checkout's commit, with "+changes" if files differ from it (None outside a git checkout)."""
+    def git(*cmd):
+        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        return (head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")) or None
+    except OSError:
+        return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", action="append", help="toy-mt, toy-sum, toy-mt-llama, paper-t5 or paper-mt5 "
@@ -151,14 +193,20 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while timing (default 1)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
     ap.add_argument("--out", help="also write the run (machine, versions, every row and speedup) to this JSON file")
+    ap.add_argument("--table", nargs="+", metavar="FILE", help="print the README's table of these --out files, run "
+                    "nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table), end="")
+        return 0
     pairs = args.pair or ["toy-mt", "toy-mt-llama"]
     known = ("toy-mt", "toy-sum", "toy-mt-llama", "paper-t5", "paper-mt5")
     if not set(pairs) <= set(known):
         ap.error(f"--pair must be among {', '.join(known)}; got {pairs}")
     results = [measure(name, args) for name in pairs]
     if args.out:  # the run, whole, beside the printed tables
-        run_info = {"machine": shard.machine(args.device), "torch": torch.__version__, "python": platform.python_version(),
+        run_info = {"machine": shard.machine(args.device), "commit": commit(), "torch": torch.__version__,
+                    "python": platform.python_version(),
                     "transformers": __import__("transformers").__version__, "args": vars(args), "pairs": results}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(run_info, indent=1) + "\n")

@@ -46,6 +46,7 @@ OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_un
 CUDA_GRAPHS = {"triton.cudagraphs": True}  # mode "reduce-overhead" (torch.compile takes a mode or options, not both)
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {"forward"/"encoder": compiled}
+_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> call signatures its compiled forward ran
 
 
 def check(cache: str, compile: bool) -> None:
@@ -126,6 +127,8 @@ class StaticView(View):
         self.length, self.compile, self.self_cache = length, compile, static
         self.sliding = any(isinstance(layer, StaticSlidingWindowLayer) for layer in static.layers)
         self.forward = compiled(model) if compile else model
+        self.seen = _SEEN.setdefault(model, set())
+        self.source = input_ids.shape[1] if self.encoder_decoder else 0
         self.graphs = compile and model.device.type == "cuda"  # CUDA graphs: outputs are overwritten by the next run
         self.cached, self.calls, self.seconds = 0, 0, 0.0
         t0 = _clock(input_ids.device)
@@ -173,9 +176,11 @@ class StaticView(View):
                 torch._dynamo.mark_static(kwargs["position_ids"], 1)
             if self.keep_kw:
                 kwargs["logits_to_keep"] = keep if forward is self.model else 0  # compiled: one constant
-        if forward is not self.model:
+        if forward is self.model:
+            logits = forward(**kwargs).logits
+        else:
             self._step()
-        logits = forward(**kwargs).logits
+            logits = self._compiled(forward, kwargs, (id(self.self_cache), width, self.source, new.dtype))
         if self.compile and self.encoder_decoder and self.cached == 0:  # the cross-attention keys and values, made
             for layer in self.cache.cross_attention_cache.layers:  # now: the compiled steps read them at any length
                 _any_length(layer.keys, 2)
@@ -187,6 +192,19 @@ class StaticView(View):
         self.calls += 1
         logits = logits[0, -keep:].float()
         return logits.clone() if self.graphs else logits
+
+    def _compiled(self, forward, kwargs: dict, signature: tuple) -> torch.Tensor:
+        """The compiled forward's logits. The first call of a signature (cache, bucket, source length, token dtype,
+        grad mode) runs every dynamo guard and compiles if it must; every later one only the guards that tell the
+        compiled graphs apart (`skip_guard_eval_unsafe`: a tenth of a toy step's time on CPU), safe because nothing
+        else a guard reads changes between two calls of one signature."""
+        signature += (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        if signature not in self.seen:
+            logits = forward(**kwargs).logits
+            self.seen.add(signature)
+            return logits
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return forward(**kwargs).logits
 
     def _back(self, count: int, layers=None) -> None:
         layers = self.self_cache.layers if layers is None else layers
@@ -217,6 +235,7 @@ class StaticEarlyExitView(StaticView):
         self.sliding = large.sliding
         self.compile, self.graphs = large.compile, large.graphs
         self.forward = compiled(model) if self.compile else model
+        self.seen, self.source = _SEEN.setdefault(model, set()), large.source
         self.depth = len(decoder_layers(model))
         self.cached = large.cached
         self.calls = 0
