@@ -15,14 +15,16 @@ Encoder outputs are computed once per input and the cross-attention keys and val
 (transformers' `EncoderDecoderCache.is_updated`); an early exit of the large model (`early_exit.py`) writes the
 large model's own static cache, its bottom layers, which it moves back at hand-over.
 
-With `compile=True` each model's forward and encoder are compiled once (`torch.compile`, mode "reduce-overhead",
-CUDA graphs, on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of positions:
-the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and moved back at
-once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to
-a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph. A chunk longer
-than the largest bucket runs eagerly on the same cache, as does the first call (a prompt; the cross-attention keys
-and values). Compilation happens at the first call of each shape: `warm_up` runs those calls ahead, once, so that no
-timed example pays for it.
+With `compile=True` each model's forward and encoder are compiled once (`torch.compile`; CUDA graphs, the options
+of mode "reduce-overhead", on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of
+positions: the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and
+moved back at once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to
+a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph, and an
+encoder-decoder's graphs take any source length from the first. A chunk longer than the largest bucket runs eagerly
+on the same cache, as does the first call (a prompt; the cross-attention keys and values). Compilation happens at
+the first call of each shape: `warm_up` runs those calls ahead, once (on CUDA for every source length: a CUDA graph
+has one shape), so that no timed example pays for it. A call whose signature has run once with every guard runs
+with only the guards that tell graphs apart (`StaticView._compiled`).
 """
 
 from __future__ import annotations

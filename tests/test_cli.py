@@ -1,5 +1,6 @@
 """The command line and the benchmark script, on the shipped zoo and a random pair (short runs)."""
 
+import json
 import os
 import re
 import runpy
@@ -11,6 +12,7 @@ import pytest
 from bildlab.cli import main
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decoding.py"
+COMPILE = BENCH.parent / "bench_compile.py"
 
 
 def _demo_rows(out: str) -> dict[str, list[str]]:
@@ -281,3 +283,21 @@ def test_a_failed_notebook_is_one_line_naming_the_cell_and_the_exception(tmp_pat
     assert "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr and len(lines) == 1
     verbose = subprocess.run(argv + ["--verbose"], capture_output=True, text=True, timeout=600, env=env)
     assert verbose.returncode == 1 and "load_pair" in verbose.stderr and "\x1b[" not in verbose.stderr
+
+
+def test_the_readmes_compiled_table_is_made_from_the_committed_runs(monkeypatch, capsys):
+    """The README's eager-vs-compiled table is `bench_compile.py --table` over benchmarks/compile/*.json, and each
+    run it reads gave every lossless row greedy's outputs."""
+    monkeypatch.syspath_prepend(str(COMPILE.parent))
+    monkeypatch.setattr(sys, "argv", [str(COMPILE), "--table"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(COMPILE), run_name="__main__")
+    assert done.value.code == 0
+    table = capsys.readouterr().out
+    assert f"<!-- compiled:start -->\n{table}<!-- compiled:end -->" in (BENCH.parents[1] / "README.md").read_text()
+    runs = sorted((COMPILE.parent / "compile").glob("*.json"))
+    assert len(runs) >= 2 and table.count("|\n") == 2 + 7
+    for run in runs:
+        for pair in json.loads(run.read_text())["pairs"]:
+            assert pair["not_identical"] == [], (run.name, pair["pair"])
+            assert pair["rows"]["greedy compiled"]["same_as_greedy"] == pair["n"]
