@@ -91,9 +91,7 @@ def _update(record: dict, n: int, spec: dict, done: dict[int, dict], p, cal: dic
     record["retimed"] = {"made": made, "versions": versions()}
     record["summary"] = summarize(rows, [ex["target"] for ex in examples], metric=tasks.task_metric(key["task"]))
     sources, enc_dec = costs.source_lengths(key["pair"], key["task"], key["split"], key["limit"])
-    costs.attach(record, cal, sources, encoder_decoder=enc_dec)
-    if spec["compile"]:  # the calibration prices eager calls: a compiled decode's are not priced
-        record["summary"].update(dict.fromkeys(costs.FIELDS))
+    costs.attach(record, cal, sources, encoder_decoder=enc_dec)  # a compiled record: named, not priced
     record["calibration"]["same_run"] = True
     return True
 

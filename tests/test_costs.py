@@ -102,6 +102,9 @@ def test_prefix_interpolation_and_a_miss_is_measured():
                       encoder_decoder=True)
     assert p["predicted_speedup"] == 1.0  # the same calls: nothing to gain
     assert p["measured_over_predicted"] == 1.5 and costs.explained({"summary": p}) is False
+    compiled = costs.predict({"key": {"method": "bild", "draft": "small", "compile": True}, "examples": rows},
+                             calibration(), [4], encoder_decoder=True)
+    assert compiled == dict.fromkeys(costs.FIELDS)  # a calibration prices eager calls: compiled ones are not priced
 
 
 def test_unpriced_methods_and_errors():

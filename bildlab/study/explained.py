@@ -49,10 +49,8 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
                              title=f"every priced record: measured against predicted (N = {len(records)} records)")
     curves, marks = {}, {}
     for r in chosen:
-        there = machines.get(r["key"]["pair"], {})
-        own = (r.get("calibration") or {}).get("processor")
-        cal = next((c for m, c in there.items() if c["key"]["processor"] == own), None) or \
-            (list(there.values())[-1] if there else None)
+        there, own = machines.get(r["key"]["pair"], {}), r.get("calibration")
+        cal = (there.get(_machine(own)) if own else None) or (list(there.values())[-1] if there else None)
         if cal is None or r["summary"].get("predicted_speedup") is None:
             continue
         sources, enc_dec = costs.source_lengths(r["key"]["pair"], r["key"]["task"], r["key"]["split"],
@@ -99,8 +97,9 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
 
 
 def _machine(key: dict) -> str:
-    """A calibrated machine, as a figure names it: its CPU model, or its GPU's name."""
-    return key["processor"] if key.get("device") == "cpu" else key.get("device_name", "?")
+    """A calibrated machine, as a figure names it: its CPU model, or its GPU's name (`key`: a calibration's key, or
+    the reference a record keeps of its calibration)."""
+    return key["processor"] if key.get("device_name") == "cpu" else key.get("device_name", "?")
 
 
 def _where(record: dict) -> str:
