@@ -163,7 +163,8 @@ def table(paths) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| cost ratio c, eager → compiled | " + " | ".join(
         f"{p['cost_ratio']['eager']:.2f} → {p['cost_ratio']['compiled']:.2f}" for p in cols) + " |")
-    lines.append("| N; compilation (untimed) | " + " | ".join(f"{p['n']}; {p['compile_seconds']:.0f} s" for p in cols) + " |")
+    lines.append("| N; compilation (untimed) | " + " | ".join(f"{p['n']}; {p['compile_seconds']:.0f} s" for p in cols)
+                 + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -147,8 +147,8 @@ def decode_seconds(cal: dict, method: str, draft: str, stats: dict | None, token
 def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: bool) -> dict:
     """A record's predicted speedup over its vanilla model (the same timed examples, priced by `cal`), with its 95%
     paired-bootstrap interval, and the measured speedup over it, with its own; None where the method counts no calls
-    (transformers' generate) or its steps were compiled (a calibration prices eager calls). `sources`: every example's source length in tokens (the large model's input);
-    `encoder_decoder`: whether the pair's models are."""
+    (transformers' generate) or its steps were compiled (a calibration prices eager calls). `sources`: every
+    example's source length in tokens (the large model's input); `encoder_decoder`: whether the pair's models are."""
     key, empty = record["key"], dict.fromkeys(FIELDS)
     if key["method"] not in PRICED or key.get("compile"):  # a calibration prices eager calls, not compiled ones
         return empty

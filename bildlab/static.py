@@ -18,9 +18,9 @@ large model's own static cache, its bottom layers, which it moves back at hand-o
 With `compile=True` each model's forward and encoder are compiled once (`torch.compile`; CUDA graphs, the options
 of mode "reduce-overhead", on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of
 positions: the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and
-moved back at once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is rounded up to
-a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph, and an
-encoder-decoder's graphs take any source length from the first. A chunk longer than the largest bucket runs eagerly
+moved back at once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is
+rounded up to a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph, and
+an encoder-decoder's graphs take any source length from the first. A chunk longer than the largest bucket runs eagerly
 on the same cache, as does the first call (a prompt; the cross-attention keys and values). Compilation happens at
 the first call of each shape: `warm_up` runs those calls ahead, once (on CUDA for every source length: a CUDA graph
 has one shape), so that no timed example pays for it. A call whose signature has run once with every guard runs
@@ -198,8 +198,9 @@ class StaticView(View):
     def _compiled(self, forward, kwargs: dict, signature: tuple) -> torch.Tensor:
         """The compiled forward's logits. The first call of a signature (cache, bucket, source length, token dtype,
         grad mode) runs every dynamo guard and compiles if it must; every later one only the guards that tell the
-        compiled graphs apart (`skip_guard_eval_unsafe`: a tenth of a toy step's time on CPU), safe because nothing
-        else a guard reads changes between two calls of one signature."""
+        compiled graphs apart (`skip_guard_eval_unsafe`; the rest cost about a tenth of a compiled toy step on CPU).
+        Two calls of one signature differ in nothing else a guard reads, as long as the model's modules and config
+        are left as they are (docs/decoding.md); a call that would need a new graph raises (torch's own check)."""
         signature += (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if signature not in self.seen:
             logits = forward(**kwargs).logits
