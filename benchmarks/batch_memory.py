@@ -1,5 +1,5 @@
 """A memory budget at the paper's sizes: the measured peak of `generate_batch` under a budget, and its outputs against
-batch-1 outputs (random weights with the checkpoints' configurations; bildlab/memory.py says what is estimated).
+batch-1 outputs (random weights with the checkpoints' configurations; bildlab/engine/memory.py says what is estimated).
 
     python benchmarks/batch_memory.py                              # CPU: T5-large + T5-small, resident memory
     python benchmarks/batch_memory.py --device cuda                # a GPU: torch's peak allocated bytes
@@ -20,8 +20,9 @@ import time
 import torch
 import transformers as tf
 
-from bildlab import memory, models
-from bildlab.batch import generate_batch
+from bildlab.engine import memory
+from bildlab.world import models
+from bildlab.engine.batch import generate_batch
 
 
 def build(name: str, device) -> tf.PreTrainedModel:

@@ -6,8 +6,8 @@
 
 Three setups from the shipped toy zoo (offline): the vanilla toy-mt T5 (greedy), toy-mt BiLD (fallback 0.5,
 rollback 3) and toy-mt-llama greedy speculative decoding (k 4), all on toy-mt examples (rows sorted by length: more
-examples, fuller batches). The study plan's BATCH_GAIN is the vanilla row at batch 64 (`bildlab/plan.py`). Prints outputs per second of the engine and of
-generate_batch at each batch size, their ratio, and how many outputs equal the engine's; clocks from bildlab.timing,
+examples, fuller batches). The study plan's BATCH_GAIN is the vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs per second of the engine and of
+generate_batch at each batch size, their ratio, and how many outputs equal the engine's; clocks from bildlab.engine.timing,
 a fixed thread count, warm-up decodes untimed. Exits non-zero if any output differs from the engine's.
 """
 
@@ -17,9 +17,9 @@ import sys
 import torch
 
 from bildlab import generate, load_pair
-from bildlab.batch import generate_batch
-from bildlab.tasks import load_task
-from bildlab.timing import clock, fixed_threads
+from bildlab.engine.batch import generate_batch
+from bildlab.world.tasks import load_task
+from bildlab.engine.timing import clock, fixed_threads
 
 SETUPS = {"toy-mt vanilla (greedy)": ("toy-mt", dict(method="greedy")),
           "toy-mt bild fb 0.5 rb 3": ("toy-mt", dict(method="bild", fallback=0.5, rollback=3.0)),

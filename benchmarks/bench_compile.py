@@ -28,9 +28,11 @@ from pathlib import Path
 import torch
 
 import bildlab
-from bildlab import metrics, shard, static, timing
-from bildlab.benchmark import run
-from bildlab.intervals import interval, intervals, ratio_of_sums
+from bildlab.measure import metrics
+from bildlab.harness import shard
+from bildlab.engine import static, timing
+from bildlab.harness.benchmark import run
+from bildlab.measure.intervals import interval, intervals, ratio_of_sums
 
 # row -> (method, engine keywords); "hf_*" are transformers' generate
 ROWS = {
@@ -55,7 +57,7 @@ SPEEDUPS = (("greedy compiled", "greedy", 1.5), ("greedy static", "greedy", None
 
 
 def zoo(name, n, device, aligned):
-    from bildlab.models import TOY_PAIRS
+    from bildlab.world.models import TOY_PAIRS
 
     pair = bildlab.load_pair(name, aligned=aligned and TOY_PAIRS[name][2] is not None, device=device)
     refs = [ex["target"] for ex in bildlab.load_task(pair.task, "test", limit=n)]

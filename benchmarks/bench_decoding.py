@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from bildlab.benchmark import LOSSLESS, METHODS, compare, random_pair
+from bildlab.harness.benchmark import LOSSLESS, METHODS, compare, random_pair
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

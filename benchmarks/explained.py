@@ -1,5 +1,5 @@
 """Are speedups explained by measured costs on this machine? A calibration, then the policies timed right after it on
-the same machine, each record's measured speedup against the one its exact counts predict (bildlab.costs).
+the same machine, each record's measured speedup against the one its exact counts predict (bildlab.measure.costs).
 
     python benchmarks/explained.py                     # the toy pairs, 100 validation examples each, 1 thread
     python benchmarks/explained.py --pairs toy-mt --n 200
@@ -16,9 +16,9 @@ import sys
 import tempfile
 import time
 
-from bildlab import costs
-from bildlab import evaluate as ev
-from bildlab.calibrate import calibrate
+from bildlab.measure import costs
+from bildlab.harness import evaluate as ev
+from bildlab.harness.calibrate import calibrate
 
 GRID = [{"method": "bild", "fallback": 0.5, "rollback": 3.0}, {"method": "bild", "fallback": 0.1, "rollback": 1.0},
         {"method": "bild", "fallback": 0.9, "rollback": 6.0}, {"method": "bild", "fallback": 0.5, "rollback": 0.5},

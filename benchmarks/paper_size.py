@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 import transformers as tf
 
-from bildlab import mirror, models
-from bildlab.summary import expected_speedup, expected_tokens_per_call
-from bildlab.timing import interleave, settings
+from bildlab.world import mirror, models
+from bildlab.measure.summary import expected_speedup, expected_tokens_per_call
+from bildlab.engine.timing import interleave, settings
 
 CONFIGS, COMMON = models.PAPER_CONFIGS, models.PAPER_CONFIG_COMMON  # the checkpoints' public configs
 # family -> (large, small, the paper pair whose checkpoints a mirror holds, the tokenizer's rows, the tasks)
@@ -57,7 +57,7 @@ def build(name: str, repo_dir: Path | None, rows: int, device, dtype, seed: int)
     model = models.random_model(name, device, rows=rows, seed=seed, dtype=dtype, config_dir=repo_dir,
                                 config=CONFIGS[name])
     config = model.config
-    return model, {"config": str(repo_dir) if repo_dir else "configs in bildlab/models.py (PAPER_CONFIGS)",
+    return model, {"config": str(repo_dir) if repo_dir else "configs in bildlab/world/models.py (PAPER_CONFIGS)",
                    "parameters": sum(p.numel() for p in model.parameters()),
                    "untied_output_layer": model.get_output_embeddings().weight is not model.get_input_embeddings().weight,
                    "vocabulary_rows": rows,
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.threads < 1 or args.steps < 1:
         ap.error(f"--threads and --steps must be >= 1; got {args.threads}, {args.steps}")
-    from bildlab.params import ParameterError, check_device
+    from bildlab.study.params import ParameterError, check_device
 
     try:
         check_device(args.device)

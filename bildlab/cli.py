@@ -1,7 +1,7 @@
 """The `bildlab` command line.
 
     bildlab demo        decode a few inputs with every method and print the statistics
-    bildlab zoo         (re)build the toy model zoo in bildlab/_zoo and its card
+    bildlab zoo         (re)build the toy model zoo in bildlab/toy/_zoo and its card
     bildlab study       run the study notebooks through papermill (toy profile by default)
     bildlab registry    look after a results registry (--migrate: keys of bildlab <= 0.2 to keys without versions)
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def _demo(args) -> int:
-    from .benchmark import compare, random_pair
+    from .harness.benchmark import compare, random_pair
 
     if args.pair == "random":
         large, small, inputs = random_pair(args.n)
@@ -49,7 +49,7 @@ def _zoo(args) -> int:
     import shutil
     from pathlib import Path
 
-    from .zoo import build
+    from .toy.zoo import build
 
     if args.force and args.out is None:
         raise SystemExit("--force needs an explicit --out (it deletes that folder)")
@@ -62,8 +62,8 @@ def _zoo(args) -> int:
 def _study(args) -> int:
     import yaml
 
-    from . import runner
-    from .params import ParameterError
+    from .study import runner
+    from .study.params import ParameterError
 
     runner.use_root(runner.find_root(args.root))  # no study: one line, exit status 2
     known = runner.notebook_names()
@@ -79,15 +79,15 @@ def _study(args) -> int:
             raise ParameterError(f"-p {name}: {value!r} is not a YAML value") from None
     from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
     if args.plan:
-        from .plan import format_plan, plan
+        from .study.plan import format_plan, plan
 
         if args.recompute:
             overrides["recompute"] = True
         print(format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile))
         return 0
     _check_machine(args.profile, args.notebook, {**from_file, **overrides})
-    from .plan import check
-    from .runner import NotebookFailed, run_study
+    from .study.plan import check
+    from .study.runner import NotebookFailed, run_study
 
     check(args.profile, args.notebook, {**from_file, **overrides})  # every sweep each notebook would make
     try:
@@ -104,8 +104,8 @@ def _study(args) -> int:
 def _registry(args) -> int:
     from pathlib import Path
 
-    from .evaluate import migrate
-    from .registry import Registry
+    from .harness.evaluate import migrate
+    from .harness.registry import Registry
 
     for root in args.root:
         if not Path(root).is_dir():
@@ -118,7 +118,7 @@ def _registry(args) -> int:
             n = Registry(root).compact()
             print(f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)")
         if args.recount:
-            from .records import recount
+            from .harness.records import recount
 
             out = recount(Registry(root), progress=not args.quiet)
             print(f"{root}: {out['recounted']} records' mechanism counted on every example ({out['skipped']} "
@@ -129,7 +129,7 @@ def _registry(args) -> int:
             if out["differ"]:
                 return 1
         if args.retime:
-            from .retime import retime
+            from .harness.retime import retime
 
             pairs, splits = set(args.pair or ()), set(args.split or ())
             out = retime(Registry(root), only=lambda r: ((not pairs or r["key"]["pair"] in pairs)
@@ -143,8 +143,8 @@ def _registry(args) -> int:
             if out["differ"]:
                 return 1
         if args.unused or args.prune:
-            from . import runner
-            from .plan import Planner, plan, unused
+            from .study import runner
+            from .study.plan import Planner, plan, unused
 
             runner.use_root(runner.find_root())
             planner = Planner()
@@ -163,10 +163,10 @@ CALIBRATE_PARAMS = ("device", "threads", "n", "batch_n", "batch_sizes", "max_new
 def _calibrate(args) -> int:
     import yaml
 
-    from . import runner
-    from .calibrate import calibrate
-    from .models import PAPER_PAIRS, TOY_PAIRS
-    from .params import ParameterError
+    from .study import runner
+    from .harness.calibrate import calibrate
+    from .world.models import PAPER_PAIRS, TOY_PAIRS
+    from .study.params import ParameterError
 
     kwargs = {}
     for name, value in args.param or []:
@@ -183,8 +183,8 @@ def _calibrate(args) -> int:
     kwargs.setdefault("device", "cuda" if args.profile == "paper" and _cuda() else "cpu")
     measured: dict = {}  # random-weight paper pairs of one geometry (XSum and CNN/DM; IWSLT and WMT): measured once
     for pair in pairs:
-        from .models import PAPER_GEOMETRY
-        from .registry import Registry
+        from .world.models import PAPER_GEOMETRY
+        from .harness.registry import Registry
 
         same = measured.get(PAPER_GEOMETRY.get(pair))
         try:
@@ -238,8 +238,8 @@ def _check_machine(profile: str, notebooks: list[str] | None, extra: dict) -> No
     transformers, about 10 s on 2 cores): the device and executor each chosen notebook gets from the profile, the
     parameter file and -p (`extra`; a notebook's own default is "cpu", "local"; every parameter is checked again in
     full)."""
-    from .params import check_device
-    from .runner import notebook_names, profile_params
+    from .study.params import check_device
+    from .study.runner import notebook_names, profile_params
 
     for name in notebooks or notebook_names():
         params = {**profile_params(profile, name), **extra}
@@ -260,7 +260,7 @@ def _positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .params import ParameterError
+    from .study.params import ParameterError
 
     ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--threads", type=int, default=1)
     demo.set_defaults(run=_demo)
     zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
-    zoo.add_argument("--out", default=None, help="output folder (default: bildlab/_zoo, the zoo the package ships)")
+    zoo.add_argument("--out", default=None, help="output folder (default: bildlab/toy/_zoo, the zoo the package ships)")
     zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
                      help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature")
     zoo.add_argument("--seed", type=int, default=0)

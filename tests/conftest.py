@@ -73,7 +73,7 @@ def hf_greedy(model, input_ids, max_new_tokens, eos_token_id):
 @pytest.fixture(scope="session")
 def models():
     """(large, {draft name: draft}) per architecture, built once; "exit" is the large model's exit after layer 1."""
-    from bildlab.early_exit import exit_draft
+    from bildlab.engine.early_exit import exit_draft
 
     zoo = {}
     for i, arch in enumerate(ARCHS):
@@ -86,7 +86,7 @@ def models():
 
 def probed(*models):
     """Run bildlab's capability probe (a few forwards, once per model) now, before a test counts model calls."""
-    from bildlab.capabilities import probe
+    from bildlab.engine.capabilities import probe
 
     for m in models:
         probe(m)
@@ -108,13 +108,13 @@ def tiny_tokenizer(path):
 
 @pytest.fixture
 def fake_zoo(tmp_path, monkeypatch):
-    """A zoo folder laid out like bildlab/_zoo, with tiny models."""
+    """A zoo folder laid out like bildlab/toy/_zoo, with tiny models."""
     tiny_tokenizer(tmp_path / "tokenizer")
     large = tiny("t5", seed=1, layers=3)
     large.save_pretrained(tmp_path / "t5-large")
     tiny("t5", seed=2, layers=1).save_pretrained(tmp_path / "t5-small")
     tiny("t5", seed=3, layers=1).save_pretrained(tmp_path / "t5-small-aligned")
-    from bildlab import models
+    from bildlab.world import models
 
     monkeypatch.setenv(models.ZOO_ENV, str(tmp_path))
     return tmp_path, large

@@ -7,8 +7,8 @@ from conftest import ARCHS, VOCAB, perturbed, tiny
 from reference import reference_bild
 
 import bildlab
-from bildlab.batch import BRANCH, TIMINGS, generate_batch
-from bildlab.early_exit import exit_draft
+from bildlab.engine.batch import BRANCH, TIMINGS, generate_batch
+from bildlab.engine.early_exit import exit_draft
 
 N_NEW = 8
 MODELS = {"gpt2": (21, 2.0), "llama": (22, 2.0), "t5": (21, 0.7), "bart": (28, 2.0)}  # (seed, scale): varied outputs

@@ -1,4 +1,4 @@
-"""The calibration of a machine (bildlab.calibrate): positive costs with intervals, within its time budget, found
+"""The calibration of a machine (bildlab.harness.calibrate): positive costs with intervals, within its time budget, found
 again for the same machine only; the plan prices from it; errors name their parameter."""
 
 import copy
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from bildlab import calibrate, plan, shard
+from bildlab.harness import calibrate, shard
+from bildlab.study import plan
 from bildlab.cli import main
-from bildlab.registry import Registry
+from bildlab.harness.registry import Registry
 
 
 def _positive_with_intervals(cal: dict) -> None:

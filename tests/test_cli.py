@@ -89,7 +89,7 @@ def test_a_bad_study_parameter_is_one_line(monkeypatch, capsys):
 
 
 def test_an_error_while_running_is_not_a_usage_error(monkeypatch):
-    from bildlab import runner
+    from bildlab.study import runner
 
     def run_study(**kwargs):  # a ValueError from inside a run (a bug, a failing notebook) keeps its traceback
         raise ValueError("inside a notebook")
@@ -105,7 +105,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def no_study(tmp_path, monkeypatch):
     """An empty folder as the current one, and a package that sits in no checkout (as an installed copy does)."""
-    from bildlab import runner
+    from bildlab.study import runner
 
     for name in ("ROOT", "NOTEBOOKS", "PARAMS"):
         monkeypatch.setattr(runner, name, getattr(runner, name))  # restored after the test
@@ -130,7 +130,7 @@ def test_the_study_outside_a_checkout_stops_with_one_line(no_study, argv, monkey
 
 
 def test_the_study_is_found_up_from_here_by_root_and_by_the_environment(no_study, monkeypatch):
-    from bildlab import runner
+    from bildlab.study import runner
 
     monkeypatch.chdir(CHECKOUT / "notebooks")
     assert runner.find_root() == CHECKOUT
@@ -205,7 +205,7 @@ def test_the_paper_size_benchmark_on_shrunken_configs(tmp_path, capsys):
 
     import transformers as tf
 
-    from bildlab.models import cut_vocabulary
+    from bildlab.world.models import cut_vocabulary
 
     spec = importlib.util.spec_from_file_location("paper_size", BENCH.parent / "paper_size.py")
     bench = importlib.util.module_from_spec(spec)

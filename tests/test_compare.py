@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bildlab import summary as sm
+from bildlab.measure import summary as sm
 
 REFS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain fell all night"] * 5
 
@@ -40,7 +40,7 @@ def test_a_shifted_row_is_detectably_slower_though_the_intervals_overlap():
     assert c["speedup_difference"] == pytest.approx(v.sum() / t.sum() - v.sum() / (1.05 * t).sum(), abs=1e-3)
     assert c["speedup_ratio"] == pytest.approx(1.05, abs=1e-4)
     # ... while each row's own interval overlaps the other's: an overlap test would call them equal
-    from bildlab.intervals import interval, ratio_of_sums
+    from bildlab.measure.intervals import interval, ratio_of_sums
 
     own = [interval(lambda i, x=x: ratio_of_sums(v, x, i), 20) for x in (t, t * 1.05)]
     assert own[0][0] < own[1][1]

@@ -3,10 +3,11 @@ section against a compiled baseline on made-up records, and (slow) a compiled sw
 
 import pytest
 
-from bildlab import evaluate as ev
-from bildlab import runner, study
-from bildlab.params import ParameterError, check_params
-from bildlab.registry import Registry, digest
+from bildlab.harness import evaluate as ev
+from bildlab.study import runner
+from bildlab import study
+from bildlab.study.params import ParameterError, check_params
+from bildlab.harness.registry import Registry, digest
 
 REGISTRY = runner.ROOT / "results" / "toy"
 SPEC = dict(split="test", limit=300, max_new_tokens=128, threads=1, registry=REGISTRY)  # the speculative notebook's
@@ -158,8 +159,8 @@ def test_a_compiled_sweep_gives_the_eager_outputs(fake_zoo, tmp_path):
         assert c["protocol"]["compile_seconds"] > 0 and "compile_seconds" not in e["protocol"]
     assert compiled[0]["summary"]["identical_count"] == 4  # speculative decoding: lossless over compiled greedy
     # timed again on this machine (bildlab registry --retime): compiled again, its outputs kept, not priced
-    from bildlab import calibrate
-    from bildlab.retime import retime
+    from bildlab.harness import calibrate
+    from bildlab.harness.retime import retime
 
     reg = Registry(tmp_path / "reg")
     cal = calibrate.calibrate("toy-mt", registry=reg, n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3), prefixes=(0,),

@@ -1,11 +1,11 @@
-"""The cost model (bildlab.costs): decodes timed on a virtual clock with known per-call costs are predicted exactly
+"""The cost model (bildlab.measure.costs): decodes timed on a virtual clock with known per-call costs are predicted exactly
 from their counts alone; errors name their parameter."""
 
 import pytest
 import torch
 
-from bildlab import costs
-from bildlab.decoding import generate
+from bildlab.measure import costs
+from bildlab.engine.decoding import generate
 
 ENC, STEP, SLOPE, SMALL, ENC_SMALL = 0.010, 0.004, 0.0005, 0.001, 0.002  # seconds per call / per extra token
 

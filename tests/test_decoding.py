@@ -13,8 +13,8 @@ from reference import reference_bild
 from scipy import stats as sps
 
 import bildlab
-from bildlab.decoding import _probs
-from bildlab.early_exit import exit_draft
+from bildlab.engine.decoding import _probs
+from bildlab.engine.early_exit import exit_draft
 
 N_NEW = 20
 
@@ -453,9 +453,9 @@ def test_bad_input_ids(models, input_ids, error, words):
 
 @pytest.mark.parametrize("arch", ["t5", "llama"])
 def test_benchmark_times_every_input_under_the_protocol(models, arch):
-    from bildlab.benchmark import LOSSLESS as BENCH_LOSSLESS, _transformers_version, compare
+    from bildlab.harness.benchmark import LOSSLESS as BENCH_LOSSLESS, transformers_version, compare
 
-    if arch == "t5" and _transformers_version() < (5, 22):
+    if arch == "t5" and transformers_version() < (5, 22):
         pytest.skip("HF assisted generation of encoder-decoder models crashes in transformers < 5.22")
     large, drafts = models[arch]
     inputs = [prompt(seed) for seed in range(3)]
@@ -472,9 +472,9 @@ def test_benchmark_times_every_input_under_the_protocol(models, arch):
 
 
 def test_benchmark_refuses_hf_assisted_where_transformers_breaks_it(models, monkeypatch):
-    import bildlab.benchmark as bench
+    import bildlab.harness.benchmark as bench
 
-    monkeypatch.setattr(bench, "_transformers_version", lambda: (5, 21))
+    monkeypatch.setattr(bench, "transformers_version", lambda: (5, 21))
     large, drafts = models["t5"]
     with pytest.raises(RuntimeError, match=r"transformers < 5\.22 .*leave 'hf_assisted' out of methods"):
         bench.compare(large, drafts["random"], [prompt(0), prompt(1)], warmup=1)
@@ -488,7 +488,7 @@ def test_benchmark_refuses_hf_assisted_where_transformers_breaks_it(models, monk
 
 
 def test_rollback_rules_differ_on_a_constructed_verification():
-    from bildlab.decoding import _accept_rollback
+    from bildlab.engine.decoding import _accept_rollback
 
     # 3 drafted tokens; the large model's logits at the 4 positions. Position 0: a flat distribution whose argmax (1)
     # is the drafted token but has -log p = 1.19 > 1.0; position 1: the drafted token 3 is unlikely (-log p = 10.0)
@@ -534,7 +534,7 @@ def test_bild_rollback_rules_equal_the_reference():
 
 
 def test_rollback_rule_is_checked():
-    from bildlab.decoding import ROLLBACK_RULES, check_policy
+    from bildlab.engine.decoding import ROLLBACK_RULES, check_policy
 
     assert ROLLBACK_RULES == ("first-differing", "first-above")
     with pytest.raises(ValueError, match="rollback_rule must be one of 'first-differing', 'first-above'; got 'paper'"):
@@ -551,7 +551,7 @@ def test_assisted_generation_stores_no_transformers_notice_about_its_own_code():
 
     from transformers.utils import logging as hf_logging
 
-    from bildlab.benchmark import _NOTICE, hf_generate
+    from bildlab.harness.benchmark import _NOTICE, hf_generate
 
     class Seen(logging.Handler):
         def __init__(self):
@@ -561,7 +561,7 @@ def test_assisted_generation_stores_no_transformers_notice_about_its_own_code():
         def emit(self, record):
             self.messages.append(record.getMessage())
 
-    from bildlab import models, tasks
+    from bildlab.world import models, tasks
 
     pair = models.load_pair("toy-mt-llama")  # the shipped zoo's pair (tiny random models do not reach the notice)
     large, small, eos = pair.large, pair.small, pair.large.generation_config.eos_token_id

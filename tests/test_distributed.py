@@ -11,12 +11,14 @@ import time
 
 import pytest
 
-from bildlab import costs
-from bildlab import distributed, tasks
-from bildlab import evaluate as ev
-from bildlab import shard, timing
-from bildlab.registry import Registry
-from bildlab.summary import summarize
+from bildlab.measure import costs
+from bildlab.harness import distributed
+from bildlab.world import tasks
+from bildlab.harness import evaluate as ev
+from bildlab.harness import shard
+from bildlab.engine import timing
+from bildlab.harness.registry import Registry
+from bildlab.measure.summary import summarize
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 GRID = [{"method": "speculative", "k": 3}, {"fallback": 0.5, "rollback": 2.0},
@@ -346,8 +348,8 @@ def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
 
 
 def test_rows_timed_on_different_device_models_make_no_record(fake_zoo, monkeypatch):
-    from bildlab import records
-    from bildlab.models import zoo_dir
+    from bildlab.harness import records
+    from bildlab.world.models import zoo_dir
 
     found = ev.lookup("toy-mt", [{"method": "bild", "fallback": 0.5}], registry=None, limit=4, max_new_tokens=4,
                       warmup=0, hf_baseline=False)

@@ -1,4 +1,4 @@
-"""The early exit as a view of the large model (bildlab/early_exit.py): its tensors are the large model's, the encoder
+"""The early exit as a view of the large model (bildlab/engine/early_exit.py): its tensors are the large model's, the encoder
 runs once, draft and verifier keep one KV cache, and decoding with it stays lossless."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from conftest import ARCHS, hf_greedy, probed, tiny
 
 import bildlab
-from bildlab.early_exit import decoder_layers, exit_draft, shares_bottom_layers
+from bildlab.engine.early_exit import decoder_layers, exit_draft, shares_bottom_layers
 
 EXIT = 2
 
@@ -134,7 +134,7 @@ def test_exit_draft_rejects_bad_exits():
 
 @pytest.mark.parametrize("name", ["toy-mt", "toy-mt-llama"])
 def test_shipped_pairs_early_exit_is_lossless(name):
-    from bildlab import models
+    from bildlab.world import models
 
     if not (models.zoo_dir() / "card.json").is_file():
         pytest.skip("the toy zoo is not shipped")

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from bildlab import evaluate as ev
-from bildlab import shard
-from bildlab.decoding import truncated
-from bildlab import summary as sm
+from bildlab.harness import evaluate as ev
+from bildlab.harness import shard
+from bildlab.engine.decoding import truncated
+from bildlab.measure import summary as sm
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 
@@ -220,7 +220,7 @@ def test_transformers_assisted_generation_is_a_policy_of_the_sweep(fake_zoo, tmp
 
 
 def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_path, monkeypatch):
-    from bildlab import plan
+    from bildlab.study import plan
 
     grid = [{"fallback": 0.3}, {"fallback": 0.6}, {"method": "small"}]
     real_pair = shard.load
@@ -242,7 +242,7 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
 
 
 def test_the_plan_prices_compiling_a_compiled_sweep(fake_zoo, tmp_path):
-    from bildlab import plan
+    from bildlab.study import plan
 
     grid = [{"method": "speculative", "k": 3}]
     planner = plan.Planner()
@@ -254,7 +254,7 @@ def test_the_plan_prices_compiling_a_compiled_sweep(fake_zoo, tmp_path):
     assert compiled["compile_seconds"] == plan.COMPILE_SECONDS["toy-mt"]  # no compiled record of the pair yet
     assert other["compile_seconds"] == plan.COMPILE_ELSE
     # a compiled record in the registry (made up from an eager one): its compilation prices the next
-    from bildlab.registry import Registry
+    from bildlab.harness.registry import Registry
 
     made = ev.sweep("toy-mt", grid, registry=tmp_path / "reg", **FAST)[0]
     for seconds in (12.5, 3.0):  # the longest: a shard's first compilation
@@ -267,7 +267,7 @@ def test_the_plan_prices_compiling_a_compiled_sweep(fake_zoo, tmp_path):
 
 
 def test_two_plans_and_a_sweep_in_one_process_do_not_interfere(fake_zoo, tmp_path, monkeypatch):
-    from bildlab import plan
+    from bildlab.study import plan
 
     grid = [{"fallback": 0.3}, {"fallback": 0.6}]
     one, two = plan.Planner(), plan.Planner()
@@ -318,7 +318,8 @@ def test_timing_limit_scores_every_example_from_batched_outputs_and_times_a_samp
 def test_a_notebooks_batched_outputs_are_computed_once_and_planned_once(fake_zoo, tmp_path, monkeypatch):
     """The vanilla model's outputs are the same in every sweep of a split, a policy's in every timing pass: one
     process computes them once (`shard.outputs`), and the plan counts them once per notebook, at their stated cost."""
-    from bildlab import batch, plan
+    from bildlab.engine import batch
+    from bildlab.study import plan
 
     grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "small"}]
     made = []
@@ -343,7 +344,7 @@ def test_a_notebooks_batched_outputs_are_computed_once_and_planned_once(fake_zoo
 
 
 def test_a_batched_output_that_differs_from_batch_1_is_counted_and_reported(fake_zoo, tmp_path, monkeypatch):
-    from bildlab import batch
+    from bildlab.engine import batch
 
     real = batch.generate_batch
 
@@ -374,7 +375,7 @@ def test_timing_limit_refuses_what_batches_cannot_give(fake_zoo, tmp_path):
 
 
 def test_a_notebooks_timing_limit_is_checked_before_anything_runs():
-    from bildlab.params import ParameterError, check_params
+    from bildlab.study.params import ParameterError, check_params
 
     check_params({"timing_limit": None})
     check_params({"timing_limit": 300})
@@ -401,7 +402,7 @@ def test_a_timed_sample_per_pair(fake_zoo, tmp_path):
 
 KILLED = """
 import sys, time
-from bildlab import evaluate as ev, shard
+from bildlab.harness import evaluate as ev, shard
 ev.CHECKPOINT_SECONDS = 0  # every finished example on disk at once
 real = shard.generate
 def slow(*a, **kw):

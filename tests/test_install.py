@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ZOO = ROOT / "bildlab" / "_zoo"
+ZOO = ROOT / "bildlab" / "toy" / "_zoo"
 
 
 def _run(argv, cwd, env, timeout=300):
@@ -60,8 +60,8 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_and_the_sdist_carry_the_zoo_and_its_card(installed):
     shipped = sorted(str(p.relative_to(ROOT)) for p in ZOO.rglob("*") if p.is_file())
-    assert "bildlab/_zoo/card.json" in shipped and "bildlab/_zoo/card.md" in shipped
-    assert "bildlab/_zoo/t5-large/model.safetensors" in shipped and "bildlab/_zoo/tokenizer/tokenizer.json" in shipped
+    assert "bildlab/toy/_zoo/card.json" in shipped and "bildlab/toy/_zoo/card.md" in shipped
+    assert "bildlab/toy/_zoo/t5-large/model.safetensors" in shipped and "bildlab/toy/_zoo/tokenizer/tokenizer.json" in shipped
     in_wheel = set(zipfile.ZipFile(installed.wheel).namelist())
     assert set(shipped) <= in_wheel
     with tarfile.open(installed.sdist) as tar:
@@ -86,7 +86,7 @@ def test_the_installed_package_loads_the_zoo_and_decodes_offline(installed):
     script = f"""
 import os, sys, torch
 import bildlab
-from bildlab import models
+from bildlab.world import models
 venv = os.path.realpath({str(installed.venv)!r})
 assert os.path.realpath(bildlab.__file__).startswith(venv + os.sep), bildlab.__file__  # the wheel's copy
 assert os.path.realpath(models.zoo_dir()).startswith(venv + os.sep), models.zoo_dir()

@@ -1,37 +1,95 @@
-"""The house's shape, derived from its source: imports run one way, modules stay small, every import is a declared
-dependency, the version has one source, and the README's links resolve."""
+"""The house's shape, derived from its source: imports run one way, modules stay small, every import
+is a declared dependency, the version has one source, and the README's links resolve."""
 
 import ast
 import re
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 import bildlab
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bildlab"
-# Top to bottom: a module imports only modules below it.
-ORDER = ["cli", "plan", "runner", "params",
-         "study", "study.rq1_small_writes_most", "study.rq2_policies", "study.rq3_alignment", "study.rq4_early_exit",
-         "study.speculative_pipeline", "study.compiled", "study.rq5_main_table", "study.explained",
-         "study.common",
-         "zoo", "card", "evaluate", "retime", "calibrate", "records", "mechanism", "costs", "distributed", "shard", "benchmark",
-         "train", "registry", "summary", "plots", "intervals", "metrics", "batch", "memory", "decoding", "static",
-         "lookup", "views", "capabilities", "models", "early_exit",
-         "timing",
-         "tasks", "tasks.paper", "tasks.toy", "tasks.toy_mt", "tasks.toy_sum", "mirror", "atomic", ""]
+# The packages, top to bottom: a package imports only packages below it (the README's layout section
+# says what each holds). The engine, at the bottom, is what a `pip install` user needs: it imports
+# nothing else of bildlab.
+PACKAGES = ["cli", "study", "toy", "harness", "measure", "world", "engine", "atomic", ""]
+# Within a package, top to bottom: a module imports only modules below it.
+ORDER = [
+    "cli",
+    "study.plan",
+    "study.runner",
+    "study",
+    "study.params",
+    "study.rq1_small_writes_most",
+    "study.rq2_policies",
+    "study.rq3_alignment",
+    "study.rq4_early_exit",
+    "study.speculative_pipeline",
+    "study.compiled",
+    "study.rq5_main_table",
+    "study.explained",
+    "study.common",
+    "study.plots",
+    "toy",
+    "toy.zoo",
+    "toy.card",
+    "toy.train",
+    "harness",
+    "harness.evaluate",
+    "harness.retime",
+    "harness.calibrate",
+    "harness.records",
+    "harness.pricing",
+    "harness.distributed",
+    "harness.shard",
+    "harness.benchmark",
+    "harness.registry",
+    "measure",
+    "measure.mechanism",
+    "measure.costs",
+    "measure.summary",
+    "measure.intervals",
+    "measure.metrics",
+    "world",
+    "world.models",
+    "world.tasks",
+    "world.tasks.paper",
+    "world.tasks.toy",
+    "world.tasks.toy_mt",
+    "world.tasks.toy_sum",
+    "world.mirror",
+    "engine",
+    "engine.batch",
+    "engine.memory",
+    "engine.decoding",
+    "engine.static",
+    "engine.lookup",
+    "engine.views",
+    "engine.capabilities",
+    "engine.early_exit",
+    "engine.timing",
+    "atomic",
+    "",
+]
 MAX_LINES = 450
 
 
 def _modules() -> dict[str, Path]:
-    return {".".join(f.relative_to(PACKAGE).with_suffix("").parts).removesuffix("__init__").rstrip("."): f
-            for f in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        ".".join(f.relative_to(PACKAGE).with_suffix("").parts)
+        .removesuffix("__init__")
+        .rstrip("."): f
+        for f in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def import_graph() -> dict[str, set[str]]:
-    """{module: the bildlab modules it imports} ('' is the package itself; 'study.common' a submodule)."""
+    """{module: the bildlab modules it imports} ('' is the package itself; 'study.common' a
+    submodule)."""
     mods, graph = _modules(), {}
     for name, f in mods.items():
         package = name if f.name == "__init__.py" else name.rpartition(".")[0]
@@ -44,51 +102,130 @@ def import_graph() -> dict[str, set[str]]:
                 subs = {".".join(p for p in (target, a.name) if p) for a in node.names}
                 deps |= (subs & set(mods)) or {target}
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                deps |= {n.removeprefix("bildlab").lstrip(".") for n in names if n.split(".")[0] == "bildlab"}
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                deps |= {
+                    n.removeprefix("bildlab").lstrip(".")
+                    for n in names
+                    if n.split(".")[0] == "bildlab"
+                }
         graph[name] = {d for d in deps if d in mods and d != name}
     return graph
 
 
+def package(module: str) -> str:
+    return module.split(".")[0]
+
+
 def upward(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps if ORDER.index(d) <= ORDER.index(m))
+    return sorted(
+        f"{m} imports {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if ORDER.index(d) <= ORDER.index(m)
+    )
+
+
+def upward_packages(graph: dict[str, set[str]]) -> list[str]:
+    rank = PACKAGES.index
+    return sorted(
+        {
+            f"{package(m)} imports {package(d)}"
+            for m, deps in graph.items()
+            for d in deps
+            if package(m) != package(d) and rank(package(d)) <= rank(package(m))
+        }
+    )
 
 
 def test_imports_run_one_way_top_to_bottom():
     graph = import_graph()
-    assert sorted(graph) == sorted(ORDER), "a module is missing from ORDER (or ORDER names one that is gone)"
+    assert sorted(graph) == sorted(ORDER), (
+        "a module is missing from ORDER (or ORDER names one that is gone)"
+    )
     assert upward(graph) == []
+    assert sorted({package(m) for m in graph}) == sorted(PACKAGES)
+    assert upward_packages(graph) == []
+    # ORDER lists each package's modules together, in the packages' order
+    assert [
+        p for i, p in enumerate(map(package, ORDER)) if i == 0 or p != package(ORDER[i - 1])
+    ] == PACKAGES
+
+
+def test_the_engine_imports_nothing_else_of_bildlab():
+    graph = import_graph()
+    outside = sorted(
+        f"{m} imports {d}"
+        for m, deps in graph.items()
+        if package(m) == "engine"
+        for d in deps
+        if package(d) != "engine"
+    )
+    assert outside == []
 
 
 def test_the_import_graph_sees_an_upward_import(tmp_path, monkeypatch):
     """The check above can fail: a harness that imported the planner would be caught."""
     fake = tmp_path / "bildlab"
-    fake.mkdir()
+    for sub in ("study", "harness"):
+        (fake / sub).mkdir(parents=True)
+        (fake / sub / "__init__.py").write_text("")
     (fake / "__init__.py").write_text("")
-    (fake / "plan.py").write_text("from . import evaluate\n")
-    (fake / "evaluate.py").write_text("def f():\n    from .plan import Planner\n")
+    (fake / "study" / "plan.py").write_text("from ..harness import evaluate\n")
+    (fake / "harness" / "evaluate.py").write_text(
+        "def f():\n    from ..study.plan import Planner\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     graph = import_graph()
-    assert graph == {"": set(), "plan": {"evaluate"}, "evaluate": {"plan"}}
-    assert upward(graph) == ["evaluate imports plan"]
+    assert graph == {
+        "": set(),
+        "study": set(),
+        "harness": set(),
+        "study.plan": {"harness.evaluate"},
+        "harness.evaluate": {"study.plan"},
+    }
+    assert upward(graph) == ["harness.evaluate imports study.plan"]
+    assert upward_packages(graph) == ["harness imports study"]
 
 
 def test_no_module_is_too_long():
-    long = {name: n for name, f in _modules().items() if (n := len(f.read_text().splitlines())) > MAX_LINES}
+    long = {
+        name: n
+        for name, f in _modules().items()
+        if (n := len(f.read_text().splitlines())) > MAX_LINES
+    }
     assert not long
 
 
 def test_every_import_is_a_declared_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-") for r in project["dependencies"]}
-    optional = {"ray": "ray", "ipywidgets": "notebooks"}  # imported only where their absence is handled
+    declared = {
+        re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-")
+        for r in project["dependencies"]
+    }
+    optional = {
+        "ray": "ray",
+        "ipywidgets": "notebooks",
+    }  # imported only where their absence is handled
     dists = metadata.packages_distributions()
     missing = set()
     for f in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(f.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
-            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"bildlab", "__future__"}:
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            for top in (
+                {n.split(".")[0] for n in names}
+                - set(sys.stdlib_module_names)
+                - {"bildlab", "__future__"}
+            ):
                 dist = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
                 if not dist & declared and top not in optional:
                     missing.add(f"{top} ({f.relative_to(ROOT)})")
@@ -113,7 +250,9 @@ def test_the_readme_fits_a_screen_or_two_and_its_links_resolve():
     readme = ROOT / "README.md"
     assert len(readme.read_text().splitlines()) <= 250
     docs = sorted((ROOT / "docs").glob("*.md"))
-    assert {"protocol.md", "paper-profile.md", "toy-world.md", "decoding.md", "cluster.md"} <= {d.name for d in docs}
+    assert {"protocol.md", "paper-profile.md", "toy-world.md", "decoding.md", "cluster.md"} <= {
+        d.name for d in docs
+    }
     linked = set()
     for page in [readme, *docs]:
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
@@ -124,6 +263,8 @@ def test_the_readme_fits_a_screen_or_two_and_its_links_resolve():
             assert dest.exists(), f"{page.name} links to {target}: no such file"
             if anchor:
                 headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
-                assert anchor in {_anchor(h) for h in headings}, f"{page.name} links to {target}: no such heading"
+                assert anchor in {_anchor(h) for h in headings}, (
+                    f"{page.name} links to {target}: no such heading"
+                )
             linked.add(dest)
     assert {d.resolve() for d in docs} <= linked, "a page in docs/ that nothing links to"

@@ -10,9 +10,9 @@ import transformers as tf
 from conftest import ARCHS, EOS, VOCAB, hf_greedy, tiny
 
 import bildlab
-from bildlab.batch import TIMINGS, generate_batch
-from bildlab.benchmark import hf_generate
-from bildlab.lookup import NgramDraft, counts
+from bildlab.engine.batch import TIMINGS, generate_batch
+from bildlab.harness.benchmark import hf_generate
+from bildlab.engine.lookup import NgramDraft, counts
 
 N_NEW = 20
 POLICIES = [dict(ngram=1, k=1), dict(ngram=2, k=4), dict(ngram=3, k=8)]
@@ -254,7 +254,7 @@ FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 
 
 def test_prompt_lookup_is_a_policy_of_the_sweep(fake_zoo, tmp_path):
-    from bildlab import evaluate as ev
+    from bildlab.harness import evaluate as ev
 
     grid = [{"method": "prompt-lookup", "ngram": 1, "k": 3}, {"method": "prompt-lookup", "ngram": 3, "k": 2}]
     whole = ev.sweep("toy-mt", grid, registry=tmp_path / "whole", **FAST)
@@ -272,7 +272,7 @@ def test_prompt_lookup_is_a_policy_of_the_sweep(fake_zoo, tmp_path):
 
 
 def test_sweep_entries_of_prompt_lookup_are_checked():
-    from bildlab import evaluate as ev
+    from bildlab.harness import evaluate as ev
 
     with pytest.raises(ValueError, match="hf_prompt_lookup.*decoder-only.*toy-mt"):
         ev.check_entry("toy-mt", {"method": "hf_prompt_lookup"})
@@ -288,12 +288,12 @@ def test_sweep_entries_of_prompt_lookup_are_checked():
 def test_the_sweeps_transformers_prompt_lookup_runner(larges):
     from types import SimpleNamespace
 
-    from bildlab import shard
+    from bildlab.harness import shard
 
     large = larges["llama"]
     pair = SimpleNamespace(large=large, small=None)
     for method in ("hf_prompt_lookup", "prompt-lookup"):
-        run = shard._policy_runner(pair, {"method": method, "k": 4, "ngram": 2}, 0, N_NEW)
+        run = shard.policy_runner(pair, {"method": method, "k": 4, "ngram": 2}, 0, N_NEW)
         for x in (prompt(0), echo(1)):
             tokens, stats = run(x, 0)
             assert tokens == hf_greedy(large, x, N_NEW, large.generation_config.eos_token_id)
@@ -321,7 +321,8 @@ def _lookup_speed(e):  # on validation n=3, k=6 is the fastest prompt-lookup pol
 
 
 def test_rq5_gains_a_prompt_lookup_row_chosen_on_validation(monkeypatch, tmp_path):
-    from bildlab import runner, study
+    from bildlab.study import runner
+    from bildlab import study
 
     seen = []
 

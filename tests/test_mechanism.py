@@ -1,11 +1,11 @@
-"""The mechanism numbers (bildlab.mechanism): known answers on hand-made counts, what is inexact named, and a sweep's
+"""The mechanism numbers (bildlab.measure.mechanism): known answers on hand-made counts, what is inexact named, and a sweep's
 numbers bit-identical whatever the thread count (they are counts, not times)."""
 
 import pytest
 
-from bildlab import evaluate as ev
-from bildlab import shard
-from bildlab.mechanism import mechanism
+from bildlab.harness import evaluate as ev
+from bildlab.harness import shard
+from bildlab.measure.mechanism import mechanism
 
 FAST = dict(split="test", limit=6, max_new_tokens=12, warmup=0)
 
@@ -55,8 +55,8 @@ def test_a_sweeps_mechanism_is_identical_at_one_and_two_threads(fake_zoo, tmp_pa
 
 
 def test_recount_counts_a_sample_counted_record_on_every_example_and_refuses_other_outputs(fake_zoo, tmp_path):
-    from bildlab import records
-    from bildlab.registry import Registry
+    from bildlab.harness import records
+    from bildlab.harness.registry import Registry
 
     grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}]
     made = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, **FAST)

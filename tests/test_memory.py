@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bildlab import batch, memory
-from bildlab.batch import generate_batch
-from bildlab.decoding import generate
+from bildlab.engine import batch, memory
+from bildlab.engine.batch import generate_batch
+from bildlab.engine.decoding import generate
 
 GIB = 2 ** 30
 

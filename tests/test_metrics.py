@@ -4,7 +4,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from bildlab.metrics import bleu, rouge_l, score, split_sentences
+from bildlab.measure.metrics import bleu, rouge_l, score, split_sentences
 
 
 def test_bleu_identical_is_100_and_disjoint_is_0():
@@ -110,7 +110,7 @@ def test_split_sentences_equals_the_old_regex_on_the_toy_task(tmp_path, monkeypa
     # bildlab <= 0.1 cut (sentence-final punctuation, maybe a closing quote, then whitespace)
     import re
 
-    from bildlab.tasks import load_task
+    from bildlab.world.tasks import load_task
 
     old = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
     monkeypatch.setenv("BILDLAB_CACHE", str(tmp_path))
@@ -133,7 +133,7 @@ def test_rouge_stemmer_option():
 
 
 def test_metric_options_per_task():
-    from bildlab.tasks import metric_options
+    from bildlab.world.tasks import metric_options
 
     assert [metric_options(t) for t in ("toy-mt", "toy-sum", "iwslt2017-de-en", "wmt14-de-en", "xsum",
                                          "cnn_dailymail")] == [{}, {}, {}, {}, {"stemmer": False}, {"stemmer": False}]

@@ -15,8 +15,8 @@ import torch
 import transformers as tf
 
 import bildlab
-from bildlab import capabilities
-from bildlab.batch import generate_batch
+from bildlab.engine import capabilities
+from bildlab.engine.batch import generate_batch
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 SCRIPT = "benchmarks/models_table.py"
@@ -286,7 +286,7 @@ def test_a_refusal_comes_before_any_model_call():
 
 
 def test_a_model_whose_positions_padding_moves_is_batched_by_length():
-    from bildlab.batch import EQUAL
+    from bildlab.engine.batch import EQUAL
 
     xs = [torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(s)) for s, n in enumerate(LENGTHS)]
     for name, prefills, layout in (("bart-causal", [(1, 3), (2, 5)], EQUAL), ("gpt2", [(3, 5)], None)):

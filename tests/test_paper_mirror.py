@@ -15,9 +15,9 @@ import pytest
 import torch
 import transformers as tf
 
-from bildlab import mirror, models, tasks
-from bildlab.registry import Registry
-from bildlab.tasks import load_task, provenance
+from bildlab.world import mirror, models, tasks
+from bildlab.harness.registry import Registry
+from bildlab.world.tasks import load_task, provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = " ".join(f"Word{i} is here." for i in range(700))  # far more than 1024 tokens

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bildlab import intervals, metrics, summary, timing
+from bildlab.measure import intervals, metrics, summary
+from bildlab.engine import timing
 
 
 def test_runners_are_interleaved_in_a_rotating_order_after_an_untimed_warmup(monkeypatch):

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from bildlab import evaluate as ev
-from bildlab import shard
-from bildlab import plan, registry, runner
+from bildlab.harness import evaluate as ev
+from bildlab.harness import shard
+from bildlab.study import plan, runner
+from bildlab.harness import registry
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,12 +1,12 @@
-"""bildlab.retime: a registry's sweeps timed again on this machine, priced by a calibration of the same run; the
+"""bildlab.harness.retime: a registry's sweeps timed again on this machine, priced by a calibration of the same run; the
 outputs, scores and mechanism unchanged, other outputs refused, an interrupted retime resumed."""
 
 import json
 
-from bildlab import calibrate, shard
-from bildlab import evaluate as ev
-from bildlab.registry import Registry
-from bildlab.retime import retime
+from bildlab.harness import calibrate, shard
+from bildlab.harness import evaluate as ev
+from bildlab.harness.registry import Registry
+from bildlab.harness.retime import retime
 
 FAST = dict(split="test", limit=6, max_new_tokens=12, warmup=0, progress=False)
 SMALL = dict(n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3, 4), prefixes=(0, 8), max_new_tokens=8, warmup=0)
@@ -65,6 +65,6 @@ def test_retime_refuses_other_outputs_and_resumes_from_its_checkpoint(fake_zoo, 
 
 
 def _spec_of(records):
-    from bildlab.retime import _spec
+    from bildlab.harness.retime import _spec
 
     return _spec(records)[0]

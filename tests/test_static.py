@@ -7,8 +7,8 @@ import transformers as tf
 from conftest import ARCHS, VOCAB, perturbed, tiny
 
 import bildlab
-from bildlab import static
-from bildlab.early_exit import exit_draft
+from bildlab.engine import static
+from bildlab.engine.early_exit import exit_draft
 
 N_NEW = 20
 
@@ -103,7 +103,7 @@ def test_rollback_on_a_static_cache_leaves_no_stale_position(pairs, arch):
         fresh_view = static.StaticView(large, x, length)
         fresh_view.logits(final, P + 1, 1)
         fresh = torch.cat([fresh_view.logits(final, P + 2, 1), fresh_view.logits(final, P + 3, 1)])
-        dynamic = bildlab.views.View(large, x)
+        dynamic = bildlab.engine.views.View(large, x)
         dynamic.logits(final, P + 1, 1)
         dyn = dynamic.logits(final, P + 3, 2)
     torch.testing.assert_close(rolled, fresh, rtol=1e-5, atol=1e-5)

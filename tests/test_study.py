@@ -7,10 +7,12 @@ import sys
 
 import pytest
 
-from bildlab import plots, runner, study, summary
-from bildlab.params import check_params
-from bildlab.registry import Registry
-from bildlab.study.common import _versus
+from bildlab.study import plots, runner
+from bildlab import study
+from bildlab.measure import summary
+from bildlab.study.params import check_params
+from bildlab.harness.registry import Registry
+from bildlab.study.common import versus_text
 
 
 @pytest.mark.parametrize("params, words", [
@@ -47,7 +49,7 @@ def test_a_device_torch_does_not_parse_is_named(device):
 def test_a_device_this_machine_lacks_stops_the_check(monkeypatch):
     import torch
 
-    from bildlab.params import check_device
+    from bildlab.study.params import check_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for device in ("cuda", "cuda:1"):
@@ -300,11 +302,11 @@ def test_rq2_to_rq4_answer_for_every_pair_with_its_metric(monkeypatch, tmp_path,
 def test_two_rows_are_compared_by_their_paired_difference_not_by_overlap():
     a = _fake_record("toy-mt", {}, 1.50, 0.0, 20)
     b = _fake_record("toy-mt", {}, 1.58, 0.0, 20)  # its own interval [1.53, 1.63] overlaps a's [1.45, 1.55]
-    assert _versus(b, a) == ("the first is detectably faster (the first - the second +0.080x [+0.080, +0.080], paired, "
+    assert versus_text(b, a) == ("the first is detectably faster (the first - the second +0.080x [+0.080, +0.080], paired, "
                              "N = 20)")
-    assert _versus(a, b, ("a", "b")).startswith("b is detectably faster (a - b -0.080x")
-    assert _versus(a, a).startswith("no detectable difference in speed")
-    assert _versus(a, None) == "not comparable (a side has no qualifying policy)"
+    assert versus_text(a, b, ("a", "b")).startswith("b is detectably faster (a - b -0.080x")
+    assert versus_text(a, a).startswith("no detectable difference in speed")
+    assert versus_text(a, None) == "not comparable (a side has no qualifying policy)"
 
 
 def test_rq5_chooses_on_validation_and_reports_on_test_in_two_passes(monkeypatch, tmp_path):
@@ -366,8 +368,8 @@ def test_importing_the_package_leaves_matplotlibs_backend_alone():
     import subprocess
     import sys
 
-    code = ("import matplotlib; before = matplotlib.get_backend(); import bildlab, bildlab.plots, bildlab.study; "
-            "fig = bildlab.plots.bars(['a'], {'s': [1.0]}, ylabel='y'); print(before == matplotlib.get_backend())")
+    code = ("import matplotlib; before = matplotlib.get_backend(); import bildlab, bildlab.study.plots, bildlab.study; "
+            "fig = bildlab.study.plots.bars(['a'], {'s': [1.0]}, ylabel='y'); print(before == matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "MPLBACKEND": "svg"})
     assert out.stdout.strip() == "True"
@@ -375,7 +377,8 @@ def test_importing_the_package_leaves_matplotlibs_backend_alone():
 
 @pytest.mark.slow
 def test_plan_of_every_toy_notebook_runs_nothing(monkeypatch, tmp_path):
-    from bildlab import plan, shard
+    from bildlab.study import plan
+    from bildlab.harness import shard
 
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("planning loaded a model"))
     rows = plan.plan("toy", overrides={"registry": str(tmp_path)})  # an empty registry: everything is to run
@@ -522,7 +525,7 @@ def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bi
 
 def test_the_readme_table_is_regenerated_from_the_committed_registry(tmp_path, monkeypatch):
     """RQ5 replayed from results/toy (nothing computed) writes the rows the README's table is made of."""
-    from bildlab import shard
+    from bildlab.harness import shard
 
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("the replay computed"))
     params = runner.notebook_defaults("rq5_main_table")
@@ -556,9 +559,10 @@ def test_the_explained_line_says_what_its_count_holds(tmp_path):
 @pytest.mark.slow
 def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
     """The paper profile's defaults (quality on whole validation splits, the protocol on timed samples) plan at most
-    60 T4-hours under the costs bildlab/plan.py states, timing and outputs apart; nothing loads."""
-    from bildlab import plan, shard
-    from bildlab.tasks import PAPER_TASKS
+    60 T4-hours under the costs bildlab/study/plan.py states, timing and outputs apart; nothing loads."""
+    from bildlab.study import plan
+    from bildlab.harness import shard
+    from bildlab.world.tasks import PAPER_TASKS
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -600,7 +604,9 @@ def test_the_paper_plan_sizes_batches_by_memory_and_divides_by_devices(monkeypat
     (counted here by an independent rule: weights plus 2 x layers x rows x heads x d_kv x (source + new) float32
     cache entries, and no more rows than that leaves room for); the hours on 4 and 8 GPUs are about a quarter and an
     eighth of one GPU's, never less."""
-    from bildlab import memory, plan, shard
+    from bildlab.engine import memory
+    from bildlab.study import plan
+    from bildlab.harness import shard
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -1,6 +1,6 @@
 """Formatting of the study's numbers."""
 
-from bildlab.summary import fmt_gap
+from bildlab.measure.summary import fmt_gap
 
 
 def test_the_gap_closed_is_a_percentage_or_says_there_is_none():
@@ -12,7 +12,7 @@ def test_rq1_says_there_is_no_gap_when_the_small_model_is_the_large(tmp_path, mo
     # a zoo whose small model is the large one: both anchors score the same, the share of the gap is undefined
     from conftest import tiny, tiny_tokenizer
 
-    from bildlab import models
+    from bildlab.world import models
     from bildlab.study import rq1
 
     tiny_tokenizer(tmp_path / "zoo" / "tokenizer")

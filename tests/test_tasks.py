@@ -8,10 +8,10 @@ import statistics
 
 import pytest
 
-from bildlab import tasks
-from bildlab.tasks import toy_mt, toy_sum
-from bildlab.metrics import split_sentences
-from bildlab.tasks import (PAPER_TASKS, SPLITS, TOY_SIZES, TOY_TASKS, load_task,
+from bildlab.world import tasks
+from bildlab.world.tasks import toy_mt, toy_sum
+from bildlab.measure.metrics import split_sentences
+from bildlab.world.tasks import (PAPER_TASKS, SPLITS, TOY_SIZES, TOY_TASKS, load_task,
                            task_metric)
 
 # sha256 of json.dumps(load_task(name, "validation")): changes here need a VERSION bump
@@ -263,7 +263,7 @@ def test_mt_postposition_depends_on_noun_class(data):
 
 def test_mt_adjectives_follow_the_noun_in_source_and_precede_it_in_target():
     forms = mt_forms()
-    gen = toy_mt._MTGenerator(tasks.mt_lexicon(), random.Random(0))
+    gen = toy_mt.MTGenerator(tasks.mt_lexicon(), random.Random(0))
     checked = 0
     for _ in range(2000):
         src, tgt, number = gen.noun_phrase(random.Random(_).choice(toy_mt.NOUN_CLASSES))
@@ -386,7 +386,7 @@ def test_sum_documents_have_distractors(data):
 
 
 def test_sum_templates_only_use_document_slots():
-    gen = toy_sum._SumGenerator(tasks.sum_lexicon(), random.Random(0))
+    gen = toy_sum.SumGenerator(tasks.sum_lexicon(), random.Random(0))
     for event in toy_sum.SUM_EVENTS:
         known = set(gen.facts(event))
         assert len(event["lead"]) == len(event["summary"])

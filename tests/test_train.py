@@ -8,8 +8,9 @@ import torch
 from conftest import tiny, tiny_tokenizer
 
 import bildlab
-from bildlab import models, train
-from bildlab.early_exit import decoder_layers, exit_draft
+from bildlab.world import models
+from bildlab.toy import train
+from bildlab.engine.early_exit import decoder_layers, exit_draft
 
 
 def toy_pairs(n=48, seed=0):
@@ -24,8 +25,8 @@ def toy_pairs(n=48, seed=0):
 def exit_loss(model, pairs, layer=1):
     """The early exit's own loss: cross-entropy of the draft `exit_draft(model, layer)` on `pairs`, teacher-forced
     (transformers' loss of that model; not the training loop's sum)."""
-    src = train._pad([s for s, _ in pairs], 0)
-    tgt = train._pad([t for _, t in pairs], -100)
+    src = train.pad_rows([s for s, _ in pairs], 0)
+    tgt = train.pad_rows([t for _, t in pairs], -100)
     with torch.no_grad():
         return exit_draft(model, layer).eval()(input_ids=src, attention_mask=src.ne(0), labels=tgt).loss.item()
 
@@ -169,7 +170,8 @@ def test_training_resumes_where_it_stopped(tmp_path):
 
 
 def test_zoo_work_folder_changes_with_the_recipe(tmp_path, monkeypatch):
-    from bildlab import tasks, zoo
+    from bildlab.world import tasks
+    from bildlab.toy import zoo
 
     monkeypatch.setenv("BILDLAB_CACHE", str(tmp_path))
     full = zoo.work_dir("full", 0)
@@ -187,7 +189,7 @@ def test_zoo_work_folder_changes_with_the_recipe(tmp_path, monkeypatch):
 
 
 def test_zoo_build_rejects_bad_jobs_and_stages(tmp_path):
-    from bildlab import zoo
+    from bildlab.toy import zoo
 
     with pytest.raises(ValueError, match="jobs must be 1 or 2; got 3"):
         zoo.build(tmp_path, "smoke", jobs=3)
@@ -197,7 +199,7 @@ def test_zoo_build_rejects_bad_jobs_and_stages(tmp_path):
 
 def test_zoo_build_log_keeps_the_entries_of_both_processes(tmp_path):
     """With --jobs 2 two processes finish stages; each entry is merged into the log on disk, none overwritten."""
-    from bildlab import zoo
+    from bildlab.toy import zoo
 
     log, lock = tmp_path / "train-log.json", tmp_path / "train-log.lock"
     zoo._log_stage(log, lock, "t5-large", {"steps": 2})

@@ -1,6 +1,6 @@
-"""The shipped toy zoo (bildlab/_zoo). Two kinds of test:
+"""The shipped toy zoo (bildlab/toy/_zoo). Two kinds of test:
 
-- `test_shipped_card_*` read the numbers in the shipped card (bildlab/_zoo/card.json, written by `bildlab zoo`) and check
+- `test_shipped_card_*` read the numbers in the shipped card (bildlab/toy/_zoo/card.json, written by `bildlab zoo`) and check
   that the card meets the zoo's targets. They measure nothing: they fail only when a rebuilt card misses a target.
 - `test_card_is_reproduced_by_the_shipped_models` (slow: every test number of the card, all N examples) and
   `test_card_numbers_are_reproduced_live` (toy-mt, and batch-1 decoding against the batched decoding behind the card)
@@ -11,10 +11,12 @@ import pytest
 import torch
 
 import bildlab
-from bildlab import card, metrics, models, tasks, train, zoo
+from bildlab.toy import card, train, zoo
+from bildlab.measure import metrics
+from bildlab.world import models, tasks
 
 if not (models.zoo_dir() / "card.json").is_file():  # the zoo is built by `bildlab zoo` and committed (issue 4)
-    pytest.skip("the toy zoo is not shipped yet (bildlab/_zoo/card.json missing)", allow_module_level=True)
+    pytest.skip("the toy zoo is not shipped yet (bildlab/toy/_zoo/card.json missing)", allow_module_level=True)
 CARD = models.read_card()
 TEST = CARD["test"]
 

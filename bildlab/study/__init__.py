@@ -7,7 +7,7 @@ figure, the answer. Every measurement goes through the harness it is given (`swe
 reruns come from the results registry); `plan` gives one that records what would run instead.
 """
 
-from .. import evaluate as ev  # noqa: F401  (the harness the questions call by default)
+from ..harness import evaluate as ev  # noqa: F401  (the harness the questions call by default)
 from .common import Result
 from .compiled import against_compiled
 from .explained import elsewhere, explained

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import plots
-from .. import summary as sm
-from ..metrics import METRIC_NAMES
+from . import plots
+from ..measure import summary as sm
+from ..measure.metrics import METRIC_NAMES
 
 
 INF = math.inf
@@ -28,14 +28,14 @@ class Result:
         return f"**{self.name}** — {self.answer}"
 
 
-def _frame(rows: list[dict]):
+def to_table(rows: list[dict]):
     """A table for the notebook; cells that do not apply to a row are blank (not NaN)."""
     import pandas as pd
 
     return pd.DataFrame(rows).astype(object).fillna("")
 
 
-def _policy(record: dict) -> str:
+def policy_label(record: dict) -> str:
     """A record's policy in words, e.g. 'fb 0.5, rb 3' or 'k=4'."""
     key, pol = record["key"], record["key"]["policy"]
     if key["method"] == "hf_assisted":
@@ -50,14 +50,14 @@ def _policy(record: dict) -> str:
     return key["method"]
 
 
-def _n(summary: dict) -> str:
+def n_text(summary: dict) -> str:
     """A record's sizes for an answer or a title: 'N = 1000', or 'N = 1000, 300 timed' where speed comes from a timed
     sample and quality from every example."""
     timed = summary.get("timed_examples")
     return f"N = {summary['examples']}" + (f", {timed} timed" if timed is not None else "")
 
 
-def _cells(record: dict) -> dict:
+def record_cells(record: dict) -> dict:
     """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N where speed comes from
     a timed sample): first what the method did, counted exactly (`mechanism`: the same on every machine), then quality,
     then the speedup measured on this machine and the one its counts predict on the calibrated costs."""
@@ -67,7 +67,7 @@ def _cells(record: dict) -> dict:
     predicted = s.get("predicted_speedup")
     return {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
             "large-model share": None if share is None else round(1 - share, 3),
-            "tokens / large call": _per_call(record),
+            "tokens / large call": tokens_per_call(record),
             metric: sm.fmt(s["score"], s["score_ci"]),
             f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
             "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
@@ -80,18 +80,18 @@ def _cells(record: dict) -> dict:
                if "timed" in record else {})}
 
 
-def _per_call(record: dict):
+def tokens_per_call(record: dict):
     """Tokens per large-model call: of every example where the record counts them (`mechanism`), else of the timed."""
     return (record.get("mechanism") or {}).get("tokens_per_large_call", record["summary"]["mean_accepted"])
 
 
-def _point(record: dict, label: str = "") -> dict:
+def plot_point(record: dict, label: str = "") -> dict:
     s = record["summary"]
     return {"speedup": s["speedup"], "speedup_ci": s["speedup_ci"], "score": s["score"], "score_ci": s["score_ci"],
             "label": label}
 
 
-def _speed(record: dict | None) -> str:
+def speed_text(record: dict | None) -> str:
     """What a record's method did and gave, for an answer: its tokens per large-model call (counted exactly, the
     same on every machine), then its speedup with its interval here and its quality change; 'none' when no policy
     qualified."""
@@ -102,15 +102,15 @@ def _speed(record: dict | None) -> str:
             f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}")
     per_call = (record.get("mechanism") or {}).get("tokens_per_large_call")  # counted exactly, where it is
     calls = f"{per_call:.2f} tokens per large call, " if per_call is not None else ""
-    return f"{calls}{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({_policy(record)}; {loss})"
+    return f"{calls}{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({policy_label(record)}; {loss})"
 
 
-def _speedup(record: dict | None) -> list | None:
+def speedup_ci(record: dict | None) -> list | None:
     """A record's speedup with its interval, [1.42, [1.38, 1.46]], for a headline (None: no policy qualified)."""
     return None if record is None else [record["summary"]["speedup"], record["summary"]["speedup_ci"]]
 
 
-def _versus(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
+def versus_text(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
     """Two rows timed on the same examples, by the intervals of their paired differences (`summary.compare`): speed,
     and quality where their outputs differ. Never by whether their own intervals overlap."""
     if a is None or b is None:
@@ -125,7 +125,7 @@ def _versus(a: dict | None, b: dict | None, names=("the first", "the second")) -
     return text
 
 
-def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:
+def on_test(pair: str, chosen: dict, sweep, **run) -> dict:
     """The policies chosen on validation ({label: record or None}), evaluated together on the test split (`run`'s
     split and limit) in one sweep: {label: test record or None}."""
     picked = {label: r for label, r in chosen.items() if r is not None}
@@ -137,37 +137,37 @@ def _on_test(pair: str, chosen: dict, sweep, **run) -> dict:
     return out
 
 
-def _lookup(pair: str, ngrams, ks, sweep, run: dict, val_split="validation", val_limit=None,
+def lookup_sweep(pair: str, ngrams, ks, sweep, run: dict, val_split="validation", val_limit=None,
             val_timing_limit=200) -> tuple[list[dict], dict | None]:
     """Prompt lookup (no small model) on validation: its grid of n-gram sizes x draft lengths, one sweep; the records
     and the fastest with every output identical to vanilla (None without a grid), to be reported on test."""
-    grid = _lookup_grid(ngrams, ks)
+    grid = lookup_grid(ngrams, ks)
     if not grid:
         return [], None
-    recs = sweep(pair, grid, **_val(run, val_split, val_limit, val_timing_limit))
+    recs = sweep(pair, grid, **validation_run(run, val_split, val_limit, val_timing_limit))
     return recs, sm.choose(recs, None)
 
 
-def _lookup_grid(ngrams, ks) -> list[dict]:
+def lookup_grid(ngrams, ks) -> list[dict]:
     """Prompt lookup's sweep entries: every n-gram size x draft length."""
     return [{"method": "prompt-lookup", "ngram": n, "k": k} for n in ngrams for k in ks]
 
 
-def _lookup_entry(record: dict, method: str = "prompt-lookup") -> dict:
+def lookup_entry(record: dict, method: str = "prompt-lookup") -> dict:
     """The policy of a prompt-lookup record as a sweep entry (the same n-gram size and k for `method`)."""
     return {"method": method, **record["key"]["policy"]}
 
 
-def _grid(fallbacks, rollbacks) -> list[dict]:
+def bild_grid(fallbacks, rollbacks) -> list[dict]:
     return [{"fallback": f, "rollback": r} for f in fallbacks for r in rollbacks]
 
 
-def _val(run: dict, val_split: str, val_limit, val_timing_limit=None) -> dict:
+def validation_run(run: dict, val_split: str, val_limit, val_timing_limit=None) -> dict:
     """The run arguments for the validation sweep (same everything, other split, size and timed sample)."""
     return {**run, "split": val_split, "limit": val_limit, "timing_limit": val_timing_limit}
 
 
-def _pairs(pairs) -> list[str]:
+def pair_list(pairs) -> list[str]:
     """`pairs` as a list: one pair's name or a non-empty sequence of names."""
     if isinstance(pairs, str):
         return [pairs]
@@ -176,10 +176,10 @@ def _pairs(pairs) -> list[str]:
     return list(pairs)
 
 
-def _each_pair(name: str, figure: str, pairs, figures, one) -> Result:
+def each_pair(name: str, figure: str, pairs, figures, one) -> Result:
     """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline, answer) and draws
     into its own panel of one figure (each pair has its own metric), saved as `figure`."""
-    pairs = _pairs(pairs)
+    pairs = pair_list(pairs)
     fig, axes = plots.panels(len(pairs))
     rows, records, headline, answers = [], [], {}, []
     for pair, ax in zip(pairs, axes):
@@ -187,28 +187,28 @@ def _each_pair(name: str, figure: str, pairs, figures, one) -> Result:
         rows, records = rows + r, records + recs
         answers.append(answer)
     plots.save(fig, figure, figures)
-    return Result(name, _frame(rows), fig, " ".join(answers), headline, records)
+    return Result(name, to_table(rows), fig, " ".join(answers), headline, records)
 
 
-def _drafts(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, val_timing_limit, ax, sweep,
+def draft_sweep(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, val_timing_limit, ax, sweep,
             **run) -> dict:
     """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table
     rows, both fronts drawn into `ax`; each draft's fastest policy within the tolerance, reported on test."""
     flat = [{**g, "draft": d} for d in drafts for g in grid]
-    recs = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+    recs = sweep(pair, flat, **validation_run(run, val_split, val_limit, val_timing_limit))
     by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
-    rows = [{"pair": pair, "draft": label, "thresholds": _policy(r), **_cells(r)} for label, rs in by.items()
+    rows = [{"pair": pair, "draft": label, "thresholds": policy_label(r), **record_cells(r)} for label, rs in by.items()
             for r in rs]
     s0 = recs[0]["summary"]
     metric = METRIC_NAMES[s0["metric"]]
     best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
-    plots.speed_quality({f"{label} (front)": [_point(r, _policy(r) if r is best[label] else "")
+    plots.speed_quality({f"{label} (front)": [plot_point(r, policy_label(r) if r is best[label] else "")
                                               for r in sm.pareto(rs)]
                          for label, rs in by.items()}, metric=metric,
-                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, {_n(s0)})", ax=ax)
-    test = _on_test(pair, best, sweep, **run)
-    n_test = next((_n(t["summary"]) for t in test.values() if t), "N = 0")
-    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({_n(s0)}), "
+                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, {n_text(s0)})", ax=ax)
+    test = on_test(pair, best, sweep, **run)
+    n_test = next((n_text(t["summary"]) for t in test.values() if t), "N = 0")
+    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({n_text(s0)}), "
               f"reported on {run.get('split', 'test')} ({n_test})")
     return {"rows": rows, "best": test, "by": by, "within": within,
             "records": recs + [t for t in test.values() if t]}

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import evaluate as ev
-from .. import plots
-from .. import summary as sm
-from ..intervals import interval, ratio_of_sums
-from .common import Result, _frame, _n, _pairs, _policy
+from ..harness import evaluate as ev
+from . import plots
+from ..measure import summary as sm
+from ..measure.intervals import interval, ratio_of_sums
+from .common import Result, to_table, n_text, pair_list, policy_label
 from .rq5_main_table import chosen
 
 RQ5_CHOICE = ("fallbacks", "rollbacks", "tolerance", "degraded_tolerance", "val_split", "val_limit", "val_timing_limit")
@@ -34,10 +34,10 @@ def against_compiled(pairs=("toy-mt", "toy-mt-llama"), *, k: int = 4, bild_fallb
         raise TypeError(f"compile must be True or False; got {compile!r}")
     sweep = sweep or ev.sweep
     groups = []  # (pair, entries, run arguments)
-    for pair in _pairs(pairs):
+    for pair in pair_list(pairs):
         groups.append((pair, [{"method": "speculative", "k": k},
                               {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}], run))
-        if rq5 and pair in _pairs(rq5["pairs"]):
+        if rq5 and pair in pair_list(rq5["pairs"]):
             test = {**run, "limit": rq5.get("limit"), "timing_limit": rq5.get("timing_limit"), "timing_pass": 2}
             entries = chosen(pair, sweep=sweep, **{n: rq5[n] for n in RQ5_CHOICE}, **run)
             groups.append((pair, [{"method": "bild", **e} for e in entries], test))
@@ -47,7 +47,7 @@ def against_compiled(pairs=("toy-mt", "toy-mt-llama"), *, k: int = 4, bild_fallb
         compiled = sweep(pair, entries, compile=True, **args) if compile else [None] * len(eager)
         records += eager + [c for c in compiled if c is not None]
         for e, c in zip(eager, compiled):
-            label = f"{e['key']['method']} ({_policy(e)}" + (f", {e['key']['draft']})" if e["key"]["draft"] not in
+            label = f"{e['key']['method']} ({policy_label(e)}" + (f", {e['key']['draft']})" if e["key"]["draft"] not in
                                                             (None, "small") else ")")
             row, head = compare(e, c)
             rows.append({"pair": pair, "policy": label, **row})
@@ -59,14 +59,14 @@ def against_compiled(pairs=("toy-mt", "toy-mt-llama"), *, k: int = 4, bild_fallb
             answers.append(says(pair, label, e, c, head))
     if not compile:
         series.pop("compiled, over compiled greedy", None)
-    n = sorted({_n(r["summary"]) for r in records})
+    n = sorted({n_text(r["summary"]) for r in records})
     fig = plots.bars(labels, series, cis=cis, reference=1.0, ylabel="speedup over its own mode's greedy (x)",
                      title="Against a compiled baseline: " + "; ".join(n))
     plots.save(fig, "speculative_compiled", figures)
     answer = ("Each speedup is over greedy decoding in the same mode, timed interleaved with it; compiled against "
               "eager by the paired difference of the two speedups over the same examples. " + lead(headline)
               + " ".join(answers) + ("" if compile else " compile=False: the compiled rows were not run."))
-    return Result("against a compiled baseline", _frame(rows), fig, answer, headline, records)
+    return Result("against a compiled baseline", to_table(rows), fig, answer, headline, records)
 
 
 def lead(headline: dict) -> str:
@@ -136,12 +136,12 @@ def says(pair: str, label: str, e: dict, c: dict | None, head: dict) -> str:
     """One row's answer, from its intervals: does the speedup hold over a compiled baseline?"""
     eager = sm.fmt(*head["eager"], "x")
     if "compiled" not in head:
-        return f"On {pair} ({_n(e['summary'])}), {label}: {eager} eager."
+        return f"On {pair} ({n_text(e['summary'])}), {label}: {eager} eager."
     (x, (lo, hi)), (d, (dlo, dhi)) = head["compiled"], head["difference"]
     over = ("detectably faster than compiled greedy" if lo > 1 else "detectably slower than compiled greedy"
             if hi < 1 else "not detectably faster than compiled greedy")
     change = ("no detectable difference from its eager speedup" if dlo <= 0 <= dhi else
               "detectably above its eager speedup" if dlo > 0 else "detectably below its eager speedup")
-    return (f"On {pair} ({_n(e['summary'])}), {label}: {eager} eager, {sm.fmt(x, [lo, hi], 'x')} compiled, "
+    return (f"On {pair} ({n_text(e['summary'])}), {label}: {eager} eager, {sm.fmt(x, [lo, hi], 'x')} compiled, "
             f"{over}; {change} (compiled − eager {sm.fmt(d, [dlo, dhi], 'x', 3, signed=True)}, paired"
             + ("" if head["same_machine"] else "; the two were timed on different machines") + ").")

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costs, plots
-from ..registry import Registry
-from .common import Result, _frame, _policy
+from ..measure import costs
+from . import plots
+from ..harness import pricing
+from ..harness.registry import Registry
+from .common import Result, to_table, policy_label
 
 CS = tuple(np.round(np.linspace(0.02, 1.0, 50), 3))  # the cost ratios the curves are drawn at
 
 
 def _label(record: dict) -> str:
     k = record["key"]
-    return f"{k['pair']} {k['split']} {k['method']} ({_policy(record)}, {k.get('draft', 'small')})"
+    return f"{k['pair']} {k['split']} {k['method']} ({policy_label(record)}, {k.get('draft', 'small')})"
 
 
 def explained(registry, chosen: list[dict], *, figures="figures", tolerance: float = costs.TOLERANCE) -> Result:
@@ -53,7 +55,7 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
         cal = (there.get(_machine(own)) if own else None) or (list(there.values())[-1] if there else None)
         if cal is None or r["summary"].get("predicted_speedup") is None:
             continue
-        sources, enc_dec = costs.source_lengths(r["key"]["pair"], r["key"]["task"], r["key"]["split"],
+        sources, enc_dec = pricing.source_lengths(r["key"]["pair"], r["key"]["task"], r["key"]["split"],
                                                 r["key"]["limit"])
         draft = r["key"].get("draft", "small")
         curves[_label(r)] = [costs.predict(r, costs.with_cost_ratio(cal, c, draft), sources, encoder_decoder=enc_dec)
@@ -93,7 +95,7 @@ def explained(registry, chosen: list[dict], *, figures="figures", tolerance: flo
                                                     "min": round(float(ratios.min()), 3),
                                                     "max": round(float(ratios.max()), 3)}}
     plots.save_data(headline, "rq2_costs", figures)  # the README's line on it is made from this
-    return Result("speedups explained by measured costs", _frame(rows), fig, answer, headline, records)
+    return Result("speedups explained by measured costs", to_table(rows), fig, answer, headline, records)
 
 
 def _machine(key: dict) -> str:
@@ -128,10 +130,10 @@ def elsewhere(registry, calibration, records: list[dict] | None = None):
     if not isinstance(cal, dict) or "costs" not in cal or "key" not in cal:
         raise ValueError(f"calibration must be a calibration record (a dict with 'key' and 'costs', or its JSON "
                          f"file); got {calibration!r}")
-    rows = costs.elsewhere(records if records is not None else reg.records(), cal)
+    rows = pricing.elsewhere(records if records is not None else reg.records(), cal)
     where = f"{cal['key'].get('device_name')} / {cal['key'].get('processor')}"
-    return _frame([{"pair": r["pair"], "split": r["split"], "method": r["method"], "draft": r["draft"],
-                    "policy": _policy({"key": r["key"]}),
+    return to_table([{"pair": r["pair"], "split": r["split"], "method": r["method"], "draft": r["draft"],
+                    "policy": policy_label({"key": r["key"]}),
                     "measured here": f"{r['measured here']:.2f}x [{r['measured here ci'][0]:.2f}, "
                                      f"{r['measured here ci'][1]:.2f}]",
                     "predicted here": r["predicted here"],

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .. import evaluate as ev
-from .. import plots
-from .. import summary as sm
-from ..metrics import METRIC_NAMES
-from .common import Result, _frame, _policy, _cells, _speed, _pairs, _speedup, _n
+from ..harness import evaluate as ev
+from . import plots
+from ..measure import summary as sm
+from ..measure.metrics import METRIC_NAMES
+from .common import Result, to_table, policy_label, record_cells, speed_text, pair_list, speedup_ci, n_text
 
 
 def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollback: float = 3.0,
@@ -16,22 +16,22 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     the small-to-large quality gap BiLD closes."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     rows, points, records, headline, sizes = [], {}, [], {}, {}
-    for pair in _pairs(pairs):
+    for pair in pair_list(pairs):
         grid = [{"method": "small"}] + [{"fallback": f, "rollback": rollback} for f in fallbacks]
         recs = sweep(pair, grid, **run)
         records += recs
         small, bild = recs[0], recs[1:]
         s0 = small["summary"]
-        sizes[pair] = _n(s0)
+        sizes[pair] = n_text(s0)
         rows.append({"pair": pair, "policy": "large model alone (vanilla)", "N": s0["examples"],
                      METRIC_NAMES[s0["metric"]]: sm.fmt(s0["baseline_score"], s0["baseline_score_ci"]),
                      "large-model share": 1.0, "gap closed": "100%"})
-        rows.append({"pair": pair, "policy": "small model alone", **_cells(small), "large-model share": 0.0,
+        rows.append({"pair": pair, "policy": "small model alone", **record_cells(small), "large-model share": 0.0,
                      "gap closed": "0%"})
         pts, gaps = [], {}
         for r in bild:
             gap, gap_ci = gaps[id(r)] = _gap_closed(r, small)
-            rows.append({"pair": pair, "policy": f"BiLD {_policy(r)}", **_cells(r),
+            rows.append({"pair": pair, "policy": f"BiLD {policy_label(r)}", **record_cells(r),
                          "gap closed": sm.fmt_gap(gap, gap_ci)})
             pts.append({"speedup": 1 - r["summary"]["small_share"], "speedup_ci": [1 - r["summary"]["small_share"]] * 2,
                         "score": 100 * gap, "score_ci": [100 * gap_ci[0], 100 * gap_ci[1]],
@@ -40,7 +40,7 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
         headline[pair] = {"small_share": mid["summary"]["small_share"], "gap_closed": gaps[id(mid)][0],
                           "gap_closed_ci": gaps[id(mid)][1], "fallback": mid["key"]["policy"]["fallback"],
-                          "speedup": _speedup(mid), "record": mid}
+                          "speedup": speedup_ci(mid), "record": mid}
     points["anchors: small alone, large alone"] = [
         {"speedup": 0.0, "speedup_ci": [0.0, 0.0], "score": 0.0, "score_ci": [0.0, 0.0], "label": "small alone"},
         {"speedup": 1.0, "speedup_ci": [1.0, 1.0], "score": 100.0, "score_ci": [100.0, 100.0], "label": "large alone"}]
@@ -52,14 +52,14 @@ def rq1(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     parts = []
     for pair, head in headline.items():
         mid, share, gap, gap_ci = head.pop("record"), head["small_share"], head["gap_closed"], head["gap_closed_ci"]
-        closes = (f"BiLD closes {sm.fmt_gap(gap, gap_ci)} of the small-to-large gap at {_speed(mid)}" if gap == gap
-                  else f"BiLD runs at {_speed(mid)}, with {sm.fmt_gap(gap, gap_ci)}")  # NaN: no gap
-        parts.append(f"on {pair} ({_n(mid['summary'])}), at fallback {head['fallback']:g} the small model "
+        closes = (f"BiLD closes {sm.fmt_gap(gap, gap_ci)} of the small-to-large gap at {speed_text(mid)}" if gap == gap
+                  else f"BiLD runs at {speed_text(mid)}, with {sm.fmt_gap(gap, gap_ci)}")  # NaN: no gap
+        parts.append(f"on {pair} ({n_text(mid['summary'])}), at fallback {head['fallback']:g} the small model "
                      f"writes {share:.0%} of the tokens and {closes}")
     most = [h["small_share"] >= 0.5 for h in headline.values()]
     verdict = "Yes" if all(most) else "No" if not any(most) else "On some pairs"
     answer = f"{verdict}: " + "; ".join(parts) + "."
-    return Result("RQ1", _frame(rows), fig, answer, headline, records)
+    return Result("RQ1", to_table(rows), fig, answer, headline, records)
 
 
 def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
@@ -67,7 +67,7 @@ def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
     interval. The three systems' outputs come from the two records (both carry the same vanilla outputs)."""
     import numpy as np
 
-    from .. import intervals, metrics
+    from ..measure import intervals, metrics
 
     if bild.get("placeholder"):  # planning: nothing was decoded
         return 0.0, (0.0, 0.0)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .. import evaluate as ev
-from .. import plots
-from .. import summary as sm
-from ..metrics import METRIC_NAMES
-from .common import (INF, Result, _policy, _cells, _point, _speed, _versus, _on_test, _grid, _val, _each_pair,
-                     _speedup, _n)
+from ..harness import evaluate as ev
+from . import plots
+from ..measure import summary as sm
+from ..measure.metrics import METRIC_NAMES
+from .common import (INF, Result, policy_label, record_cells, plot_point, speed_text, versus_text, on_test, bild_grid, validation_run, each_pair,
+                     speedup_ci, n_text)
 
 
 def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rollbacks=(1.0, 2.0, 3.0, 4.0, 6.0),
@@ -18,40 +18,40 @@ def rq2(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.1, 0.3, 0.5, 0.7, 0.9), rol
     ablations (fallback only: no rollback; rollback only: no fallback), per pair. Rollback thresholds below ln 2 are
     lossless by construction (every disagreement is rolled back), so the trade-off lives above it."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
-    kinds = {"fallback + rollback": _grid(fallbacks, rollbacks), "fallback only": _grid(fallbacks, [INF]),
-             "rollback only": _grid([0.0], rollbacks)}
+    kinds = {"fallback + rollback": bild_grid(fallbacks, rollbacks), "fallback only": bild_grid(fallbacks, [INF]),
+             "rollback only": bild_grid([0.0], rollbacks)}
     flat = [g for grid in kinds.values() for g in grid]
 
     def one(pair, ax):
-        val = sweep(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+        val = sweep(pair, flat, **validation_run(run, val_split, val_limit, val_timing_limit))
         by_kind, i = {}, 0
         for kind, grid in kinds.items():
             by_kind[kind] = val[i: i + len(grid)]
             i += len(grid)
         front = sm.pareto(val)
-        rows = [{"pair": pair, "policy": kind, "thresholds": _policy(r), **_cells(r),
+        rows = [{"pair": pair, "policy": kind, "thresholds": policy_label(r), **record_cells(r),
                  "on the front": any(r is f for f in front)} for kind, recs in by_kind.items() for r in recs]
         s0 = val[0]["summary"]
         metric = METRIC_NAMES[s0["metric"]]
         best = {kind: sm.choose(recs, tolerance) for kind, recs in by_kind.items()}
-        plots.speed_quality({kind: [_point(r, _policy(r) if r is best[kind] else "") for r in recs]
+        plots.speed_quality({kind: [plot_point(r, policy_label(r) if r is best[kind] else "") for r in recs]
                              for kind, recs in by_kind.items()}, metric=metric, baseline=s0["baseline_score"],
-                            front=[_point(r) for r in front], ax=ax,
-                            title=f"{pair}: fallback x rollback ({val_split}, {_n(s0)})")
+                            front=[plot_point(r) for r in front], ax=ax,
+                            title=f"{pair}: fallback x rollback ({val_split}, {n_text(s0)})")
         both = sum(any(r is f for f in by_kind["fallback + rollback"]) for r in front)
-        test = _on_test(pair, best, sweep, **run)
-        vs = {kind: _versus(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
+        test = on_test(pair, best, sweep, **run)
+        vs = {kind: versus_text(test["fallback + rollback"], test[kind], ("fallback + rollback", kind))
               for kind in ("fallback only", "rollback only")}
-        n_test = next((_n(t["summary"]) for t in test.values() if t), "N = 0")
+        n_test = next((n_text(t["summary"]) for t in test.values() if t), "N = 0")
         answer = (f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
-                  f"{val_split} ({_n(s0)}), reported on {run.get('split', 'test')} ({n_test}): "
-                  + "; ".join(f"{kind}: {_speed(t)}" for kind, t in test.items())
+                  f"{val_split} ({n_text(s0)}), reported on {run.get('split', 'test')} ({n_test}): "
+                  + "; ".join(f"{kind}: {speed_text(t)}" for kind, t in test.items())
                   + f". Fallback + rollback vs fallback only: {vs['fallback only']}; vs rollback only: "
                   f"{vs['rollback only']}. On {val_split}, {len(front)} of {len(val)} policies are not dominated "
                   f"by another's paired differences (with both thresholds: {both}).")
         headline = {"front": len(front), "policies": len(val),
-                    "chosen": {k: (_policy(b) if b else None) for k, b in best.items()},
-                    "test": {k: _speedup(t) for k, t in test.items()}}
+                    "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
+                    "test": {k: speedup_ci(t) for k, t in test.items()}}
         return rows, val + [t for t in test.values() if t], headline, answer
 
-    return _each_pair("RQ2", "rq2_policies", pairs, figures, one)
+    return each_pair("RQ2", "rq2_policies", pairs, figures, one)

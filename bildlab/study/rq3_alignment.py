@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import evaluate as ev
-from .. import summary as sm
-from .common import Result, _speed, _versus, _grid, _each_pair, _drafts, _speedup, _policy
+from ..harness import evaluate as ev
+from ..measure import summary as sm
+from .common import Result, speed_text, versus_text, bild_grid, each_pair, draft_sweep, speedup_ci, policy_label
 
 
 def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
@@ -16,24 +16,24 @@ def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
 
     def one(pair, ax):
-        d = _drafts(pair, {"small": "unaligned", "aligned": "aligned"}, _grid(fallbacks, rollbacks),
+        d = draft_sweep(pair, {"small": "unaligned", "aligned": "aligned"}, bild_grid(fallbacks, rollbacks),
                     f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, val_timing_limit,
                     ax, sweep, **run)
         best, agree = d["best"], _agreement(pair)
         answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
                   f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
-                  f"The {d['within']}: aligned {_speed(best['aligned'])}, unaligned {_speed(best['unaligned'])}: "
-                  f"{_versus(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
+                  f"The {d['within']}: aligned {speed_text(best['aligned'])}, unaligned {speed_text(best['unaligned'])}: "
+                  f"{versus_text(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
                   + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split))
-        headline = {"agreement": agree, "chosen": {k: (_policy(b) if b else None) for k, b in best.items()},
-                    "speedup_within_tolerance": {k: _speedup(b) for k, b in best.items()}}
+        headline = {"agreement": agree, "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
+                    "speedup_within_tolerance": {k: speedup_ci(b) for k, b in best.items()}}
         return d["rows"], d["records"], headline, answer
 
-    return _each_pair("RQ3", "rq3_alignment", pairs, figures, one)
+    return each_pair("RQ3", "rq3_alignment", pairs, figures, one)
 
 
 def _agreement(pair: str) -> dict:
-    from ..models import TOY_PAIRS, read_card
+    from ..world.models import TOY_PAIRS, read_card
 
     if pair not in TOY_PAIRS:
         return {}

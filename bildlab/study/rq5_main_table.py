@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import evaluate as ev
-from .. import plots
-from .. import summary as sm
-from ..metrics import METRIC_NAMES
-from ..models import task_of
-from .common import Result, _frame, _cells, _grid, _val, _pairs, _n, _lookup_grid, _lookup_entry, _policy, _versus
+from ..harness import evaluate as ev
+from . import plots
+from ..measure import summary as sm
+from ..measure.metrics import METRIC_NAMES
+from ..world.models import task_of
+from .common import Result, to_table, record_cells, bild_grid, validation_run, pair_list, n_text, lookup_grid, lookup_entry, policy_label, versus_text
 
 
 # The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a reproduction).
@@ -40,7 +40,7 @@ def paper_table():
             v = table.get(row)
             entry[task] = "–" if v is None else f"{v[0]:.2f} / {v[1]:.2f}x" + (f" at {v[2]}" if len(v) > 2 else "")
         rows.append(entry)
-    return _frame(rows).set_index("row")
+    return to_table(rows).set_index("row")
 
 
 ROWS = ("vanilla", "unaligned lossless", "unaligned", "unaligned degraded", "aligned lossless", "aligned",
@@ -62,13 +62,13 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
-    grid = _grid(fallbacks, rollbacks)
+    grid = bild_grid(fallbacks, rollbacks)
     bars = list(ROWS[1:]) + [LOOKUP_ROW] * bool(lookup_ngrams and lookup_ks)
     table, records, headline, speed_series, speed_cis, versus = [], [], {}, {}, {}, {}
-    for pair in _pairs(pairs):
+    for pair in pair_list(pairs):
         flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
-        looks = _lookup_grid(lookup_ngrams, lookup_ks)  # prompt lookup: in the same sweeps as the BiLD rows
-        val = sweep(pair, flat + looks, **_val(run, val_split, val_limit, val_timing_limit))
+        looks = lookup_grid(lookup_ngrams, lookup_ks)  # prompt lookup: in the same sweeps as the BiLD rows
+        val = sweep(pair, flat + looks, **validation_run(run, val_split, val_limit, val_timing_limit))
         records += val
         val, lval = val[: len(flat)], val[len(flat):]
         lbest = sm.choose(lval, None) if lval else None
@@ -80,7 +80,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
             chosen = {name: unique[i] for i, name in enumerate(list(chosen)[:len(unique)])}
         # pass p is one sweep of every row, timing_pass p + 1: timing_pass 1 is what the other notebooks time, so no
         # pass of this table is a record that another notebook reads (or a row from another sweep)
-        extra = {p: [_lookup_entry(lbest)] if lbest is not None and p <= (lookup_passes or passes) else []
+        extra = {p: [lookup_entry(lbest)] if lbest is not None and p <= (lookup_passes or passes) else []
                  for p in range(1, passes + 1)}
         tests = {p: sweep(pair, unique + extra[p], timing_pass=p + 1, **run) for p in range(1, passes + 1)
                  if unique or extra[p]}
@@ -101,7 +101,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                     head[row] = {"score": s["baseline_score"], "score_ci": s["baseline_score_ci"]}
             elif row in chosen:
                 runs = by_policy[json.dumps(chosen[row], sort_keys=True)]
-                c = _cells(runs[0])
+                c = record_cells(runs[0])
                 entry.update({"(rb, fb)": (chosen[row]["rollback"], chosen[row]["fallback"]), "N": c["N"],
                               metric: c[metric], f"Δ {metric}": c[f"Δ {metric} vs vanilla"],
                               "identical to vanilla": c["identical to vanilla"]})
@@ -123,8 +123,8 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                 entry["paper"] = f"{paper[0]} / {paper[1]}x"
             table.append(entry)
         if lruns:
-            c, s = _cells(lruns[0]), lruns[0]["summary"]
-            entry = {"pair": pair, "row": LOOKUP_ROW, "(rb, fb)": _policy(lruns[0]), "N": c["N"], metric: c[metric],
+            c, s = record_cells(lruns[0]), lruns[0]["summary"]
+            entry = {"pair": pair, "row": LOOKUP_ROW, "(rb, fb)": policy_label(lruns[0]), "N": c["N"], metric: c[metric],
                      f"Δ {metric}": c[f"Δ {metric} vs vanilla"], "identical to vanilla": c["identical to vanilla"],
                      **{f"speedup (pass {p})": sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
                         for p, r in enumerate(lruns, 1)}, "speedup vs HF generate": c["speedup vs HF generate"]}
@@ -134,23 +134,23 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                                 "identical": s["identical_count"], "examples": s["examples"],
                                 "timed": s.get("timed_examples", s["examples"]),
                                 "speedups": [r["summary"]["speedup"] for r in lruns],
-                                "speedup_cis": [r["summary"]["speedup_ci"] for r in lruns], "policy": _policy(lruns[0])}
+                                "speedup_cis": [r["summary"]["speedup_ci"] for r in lruns], "policy": policy_label(lruns[0])}
             two = [(row, by_policy[json.dumps(chosen[row], sort_keys=True)][0]) for row in ROWS[1:]
                    if row in chosen and "degraded" not in row]
-            versus[pair] = (f"prompt lookup (no small model; {_policy(lruns[0])}, chosen on {val_split}): "
+            versus[pair] = (f"prompt lookup (no small model; {policy_label(lruns[0])}, chosen on {val_split}): "
                             + " and ".join(sm.fmt(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x")
                                            for r in lruns) + f" ({s['identical_count']}/{s['examples']} identical)")
             if two:
                 row, best = max(two, key=lambda x: x[1]["summary"]["speedup"])
                 versus[pair] += (f"; the fastest two-model row at no loss, {row}, against it (pass 1): "
-                                 f"{_versus(best, lruns[0], (row, 'lookup'))}")
+                                 f"{versus_text(best, lruns[0], (row, 'lookup'))}")
         headline[pair] = head
         for p in range(passes):
             label = f"{pair}, timing pass {p + 1}"
             timed = {r: head[r]["speedups"] for r in bars if len(head.get(r, {}).get("speedups", ())) > p}
             speed_series[label] = [head[r]["speedups"][p] if r in timed else float("nan") for r in bars]
             speed_cis[label] = [head[r]["speedup_cis"][p] if r in timed else None for r in bars]
-    n_test = {pair: next((_n({"examples": h["examples"], "timed_examples": h["timed"] if h["timed"] < h["examples"]
+    n_test = {pair: next((n_text({"examples": h["examples"], "timed_examples": h["timed"] if h["timed"] < h["examples"]
                               else None}) for h in hp.values() if "examples" in h), "N = 0")
               for pair, hp in headline.items()}
     fig = plots.bars(bars, speed_series, cis=speed_cis, reference=1.0,
@@ -180,7 +180,7 @@ def rq5(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollback
                        + (f" On {pair}, {versus[pair]}." if pair in versus else ""))
     answer = (f"Policies chosen on {val_split}, reported on {run.get('split', 'test')} (speedups of {passes} "
               f"independent timing passes). " + " ".join(answers))
-    frame = _frame(table)
+    frame = to_table(table)
     first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
     return Result("RQ5", frame, fig, answer, headline, records)
@@ -205,9 +205,9 @@ def chosen(pair: str, *, fallbacks, rollbacks, tolerance: float, degraded_tolera
            val_limit, val_timing_limit, sweep=None, **run) -> list[dict]:
     """The distinct policies RQ5 reports on `pair` (its rows' choices on validation: `choose_rows`, the records
     replayed from the registry where RQ5 made them), as sweep entries."""
-    grid = _grid(fallbacks, rollbacks)
+    grid = bild_grid(fallbacks, rollbacks)
     flat = [{**g, "draft": d} for d in ("small", "aligned") for g in grid]
-    val = (sweep or ev.sweep)(pair, flat, **_val(run, val_split, val_limit, val_timing_limit))
+    val = (sweep or ev.sweep)(pair, flat, **validation_run(run, val_split, val_limit, val_timing_limit))
     rows = choose_rows(val, len(grid), tolerance, degraded_tolerance)
     return list({json.dumps(v, sort_keys=True): v for v in rows.values()}.values())
 

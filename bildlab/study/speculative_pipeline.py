@@ -3,12 +3,12 @@ against BiLD, transformers' assisted generation and prompt lookup (a draft witho
 
 from __future__ import annotations
 
-from .. import evaluate as ev
-from .. import plots
-from .. import summary as sm
+from ..harness import evaluate as ev
+from . import plots
+from ..measure import summary as sm
 from .compiled import against_compiled
-from .common import (Result, _frame, _policy, _cells, _speed, _versus, _pairs, _speedup, _lookup, _lookup_entry, _n,
-                     _per_call)
+from .common import (Result, to_table, policy_label, record_cells, speed_text, versus_text, pair_list, speedup_ci, lookup_sweep, lookup_entry, n_text,
+                     tokens_per_call)
 
 
 def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperature: float = 1.0,
@@ -39,7 +39,7 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
         for k, rec in zip(ks, group):
             a, c = sm.acceptance(rec), sm.cost_ratio(rec)
             rows.append({"pair": pair, "mode": mode, "k": k, "acceptance a": round(a, 3), "cost ratio c": round(c, 3),
-                         "tokens / large call": _per_call(rec),
+                         "tokens / large call": tokens_per_call(rec),
                          "expected tokens / call": round(sm.expected_tokens_per_call(a, k), 3),
                          "accepted at draft position 1…k": _by_position(rec),
                          "speedup": sm.fmt(rec["summary"]["speedup"], rec["summary"]["speedup_ci"], "x"),
@@ -48,51 +48,51 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
                          "predicted speedup": rec["summary"].get("predicted_speedup"), "N": rec["summary"]["examples"],
                          "identical to vanilla": f"{rec['summary']['identical_count']}/{rec['summary']['examples']}"})
     for k, rec in zip(ks, assisted):  # transformers' assisted generation with the same draft, same examples
-        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **_cells(rec)})
-    rows.append({"pair": pair, "mode": f"BiLD ({_policy(bild)})", **_cells(bild),
-                 "tokens / large call": _per_call(bild)})
+        rows.append({"pair": pair, "mode": "transformers assisted generation", "k": k, **record_cells(rec)})
+    rows.append({"pair": pair, "mode": f"BiLD ({policy_label(bild)})", **record_cells(bild),
+                 "tokens / large call": tokens_per_call(bild)})
     ref, versus, lookups, looked = [], [], {}, []
 
     def lookup(p, rivals):  # prompt lookup on pair p: validation grid, the chosen on test, against `rivals`
-        val, best = _lookup(p, lookup_ngrams, lookup_ks, sweep, run, "validation", lookup_val_limit,
+        val, best = lookup_sweep(p, lookup_ngrams, lookup_ks, sweep, run, "validation", lookup_val_limit,
                             lookup_val_timing_limit)
         if best is None:
             return
-        rows.extend({"pair": p, "mode": f"prompt lookup, validation ({_policy(r)})", **_cells(r)} for r in val)
-        decoder_only = not ev._encoder_decoder(p)
-        tests = sweep(p, [_lookup_entry(best)] + [_lookup_entry(best, "hf_prompt_lookup")] * decoder_only, **run)
+        rows.extend({"pair": p, "mode": f"prompt lookup, validation ({policy_label(r)})", **record_cells(r)} for r in val)
+        decoder_only = not ev.encoder_decoder(p)
+        tests = sweep(p, [lookup_entry(best)] + [lookup_entry(best, "hf_prompt_lookup")] * decoder_only, **run)
         t = tests[0]
-        rows.append({"pair": p, "mode": f"prompt lookup, no small model ({_policy(t)}, chosen on validation)",
-                     **_cells(t)})
+        rows.append({"pair": p, "mode": f"prompt lookup, no small model ({policy_label(t)}, chosen on validation)",
+                     **record_cells(t)})
         s = t["summary"]
-        text = (f"Prompt lookup (no small model) on {p} ({_n(s)}; n and k chosen on validation, {_n(val[0]['summary'])}"
-                f"): {_speed(t)}, {s['identical_count']} of {s['examples']} outputs identical")
+        text = (f"Prompt lookup (no small model) on {p} ({n_text(s)}; n and k chosen on validation, {n_text(val[0]['summary'])}"
+                f"): {speed_text(t)}, {s['identical_count']} of {s['examples']} outputs identical")
         if decoder_only:
             h = tests[1]
-            rows.append({"pair": p, "mode": f"transformers prompt lookup ({_policy(h)})", **_cells(h)})
-            text += f"; transformers' prompt lookup with the same n and k {_speed(h)}"
-        text += "".join(f"; {name} against it: {_versus(r, t, (name, 'prompt lookup'))}" for name, r in rivals)
+            rows.append({"pair": p, "mode": f"transformers prompt lookup ({policy_label(h)})", **record_cells(h)})
+            text += f"; transformers' prompt lookup with the same n and k {speed_text(h)}"
+        text += "".join(f"; {name} against it: {versus_text(r, t, (name, 'prompt lookup'))}" for name, r in rivals)
         versus.append(text + ".")
-        lookups[p] = {"policy": _policy(t), "speedup": _speedup(t), "identical": s["identical_count"],
+        lookups[p] = {"policy": policy_label(t), "speedup": speedup_ci(t), "identical": s["identical_count"],
                       "outputs": s["examples"]}
         looked.extend(val + tests)
 
     best_greedy = max(greedy, key=lambda r: r["summary"]["speedup"])
     lookup(pair, [(f"speculative k={best_greedy['key']['policy']['k']}", best_greedy), ("BiLD", bild)])
-    for ref_pair in _pairs(reference_pairs) if reference_pairs else []:
+    for ref_pair in pair_list(reference_pairs) if reference_pairs else []:
         spec, ref_bild = sweep(ref_pair, [{"method": "speculative", "k": 4},
                                              {"method": "bild", "fallback": bild_fallback, "rollback": bild_rollback}],
                                   **run)
         for r in (spec, ref_bild):
-            rows.append({"pair": ref_pair, "mode": f"{r['key']['method']} ({_policy(r)})", **_cells(r),
-                         "tokens / large call": _per_call(r)})
+            rows.append({"pair": ref_pair, "mode": f"{r['key']['method']} ({policy_label(r)})", **record_cells(r),
+                         "tokens / large call": tokens_per_call(r)})
         s = spec["summary"]
-        versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {_speed(spec)}, "
-                      f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {_speed(ref_bild)}: "
-                      f"{_versus(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
+        versus.append(f"On {ref_pair} (N = {s['examples']}), fixed-k speculative decoding {speed_text(spec)}, "
+                      f"{s['identical_count']} of {s['examples']} outputs identical, against BiLD {speed_text(ref_bild)}: "
+                      f"{versus_text(spec, ref_bild, ('speculative decoding', 'BiLD'))}.")
         ref += [spec, ref_bild]
         lookup(ref_pair, [("speculative k=4", spec), ("BiLD", ref_bild)])
-    table = _frame(rows)
+    table = to_table(rows)
     series, cis = {}, {}
     for mode, group in (("greedy", greedy), ("sampling", sampled)):
         series[f"{mode}: measured"] = [r["summary"]["speedup"] for r in group]
@@ -113,12 +113,12 @@ def speculative(pair: str = "toy-mt-llama", *, ks=(1, 2, 3, 4, 6, 8), temperatur
     total = sum(r["summary"]["examples"] for r in greedy)
     answer = (f"Greedy speculative decoding on {pair} (N = {best['summary']['examples']}) is lossless: {identical} of "
               f"{total} outputs identical to the large model's. Fastest at k={best['key']['policy']['k']}: "
-              f"{_speed(best)}" + (f"; against k={rival['key']['policy']['k']} ({_speed(rival)}): "
-                                  f"{_versus(best, rival, (f'k={best_k}', f'k={rival_k}'))}" if rival else "")
+              f"{speed_text(best)}" + (f"; against k={rival['key']['policy']['k']} ({speed_text(rival)}): "
+                                  f"{versus_text(best, rival, (f'k={best_k}', f'k={rival_k}'))}" if rival else "")
               + f". transformers' assisted generation at k={best['key']['policy']['k']}: "
-              f"{_speed(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
-              f"{_speed(bild)}." + "".join(" " + v for v in versus))
-    headline = {"best_k": best["key"]["policy"]["k"], "speedup": _speedup(best), "identical": identical,
+              f"{speed_text(assisted[list(ks).index(best['key']['policy']['k'])])}. BiLD on the same examples: "
+              f"{speed_text(bild)}." + "".join(" " + v for v in versus))
+    headline = {"best_k": best["key"]["policy"]["k"], "speedup": speedup_ci(best), "identical": identical,
                 "outputs": total, **({"prompt_lookup": lookups} if lookups else {})}
     sections = {}
     if compiled_pairs:

@@ -29,12 +29,14 @@ from pathlib import Path
 
 import torch
 
-from . import calibrate, distributed, records, shard, tasks, timing
-from . import memory as mem
-from .benchmark import _transformers_version
-from .decoding import check_policy
-from .models import PAIRS, TOY_PAIRS, task_of, zoo_dir
-from .models import provenance as models_provenance
+from . import calibrate, distributed, records, shard
+from ..world import tasks
+from ..engine import timing
+from ..engine import memory as mem
+from .benchmark import transformers_version
+from ..engine.decoding import check_policy
+from ..world.models import PAIRS, TOY_PAIRS, task_of, zoo_dir
+from ..world.models import provenance as models_provenance
 from .shard import DEFAULTS
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
 
@@ -79,9 +81,9 @@ def check_entry(pair: str, entry: dict) -> None:
         raise ValueError(f"draft='aligned': pair {pair!r} has no aligned small model")
     if draft == "early-exit" and pair not in TOY_PAIRS:
         raise ValueError(f"draft='early-exit' is for the toy pairs ({', '.join(TOY_PAIRS)}); pair {pair!r} has none")
-    if method == "hf_prompt_lookup" and _encoder_decoder(pair):
+    if method == "hf_prompt_lookup" and encoder_decoder(pair):
         raise ValueError(f"method='hf_prompt_lookup' is for decoder-only pairs; pair {pair!r} is encoder-decoder")
-    if method == "hf_assisted" and _encoder_decoder(pair) and _transformers_version() < (5, 22):
+    if method == "hf_assisted" and encoder_decoder(pair) and transformers_version() < (5, 22):
         raise ValueError("method='hf_assisted': transformers' assisted generation of encoder-decoder models fails "
                          f"inside transformers < 5.22; pair {pair!r} is encoder-decoder")
     if not isinstance(e["do_sample"], bool):
@@ -96,7 +98,7 @@ def check_entry(pair: str, entry: dict) -> None:
                  rollback_rule=e["rollback_rule"], ngram=e["ngram"])
 
 
-def _encoder_decoder(pair: str) -> bool:
+def encoder_decoder(pair: str) -> bool:
     """Whether a pair's models are encoder-decoder, from its name (the toy Llama pair is the only decoder-only one)."""
     return not (pair in TOY_PAIRS and TOY_PAIRS[pair][0].startswith("llama"))
 

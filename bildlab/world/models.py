@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .early_exit import exit_draft
+from ..engine.early_exit import exit_draft
 
 ZOO_ENV = "BILDLAB_ZOO"
 REBUILD = "bildlab zoo"  # the command that rebuilds the toy zoo
@@ -117,14 +117,14 @@ def source_ids(tokenizer, prefix: str, source: str, max_source_tokens: int | Non
 def zoo_dir() -> Path:
     """The shipped toy zoo: `_zoo` inside the package, package data of the wheel and the sdist, so a checkout, an
     editable and a plain install all find it (or $BILDLAB_ZOO)."""
-    return Path(os.environ.get(ZOO_ENV) or Path(__file__).resolve().parent / "_zoo")
+    return Path(os.environ.get(ZOO_ENV) or Path(__file__).resolve().parent.parent / "toy" / "_zoo")
 
 
 def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32, mirror: str | os.PathLike | None = None,
               resize_embeddings: bool = True) -> Pair:
     """Load a (large, small) pair by name; toy pairs from the shipped zoo, paper pairs from the hub or a local mirror
-    (`mirror`, default $BILDLAB_MIRROR; see `bildlab.mirror`). Paper pairs use the pretrained model's tokenizer
+    (`mirror`, default $BILDLAB_MIRROR; see `bildlab.world.mirror`). Paper pairs use the pretrained model's tokenizer
     (PAPER_TOKENIZERS), the summarization prefix, sources truncated to MAX_SOURCE_TOKENS, and with
     `resize_embeddings` (the paper's code) both models' embeddings and output layers cut to the tokenizer's size
     (mT5: 250,100 rows, T5: 32,100), so the softmax whose maximum BiLD's fallback reads spans the tokenizer's
@@ -140,12 +140,12 @@ def load_pair(name: str, aligned: bool = False, *, early_exit: bool = False, dev
             raise ValueError(f"pair {name!r} has no aligned small model (aligned=True is for "
                              f"{', '.join(n for n, v in TOY_PAIRS.items() if v[2])})")
         root = zoo_dir()
-        tokenizer = _load_tokenizer(root / "tokenizer")
-        large = _load_model(root / large_name, dtype).to(device)
+        tokenizer = load_tokenizer(root / "tokenizer")
+        large = load_model(root / large_name, dtype).to(device)
         if early_exit:
             small = exit_draft(large, EXIT_LAYER)
         else:
-            small = _load_model(root / (aligned_name if aligned else small_name), dtype).to(device)
+            small = load_model(root / (aligned_name if aligned else small_name), dtype).to(device)
         return Pair(name, large, small, tokenizer, prefix, task)
     if early_exit:
         raise ValueError("early_exit=True is only available for the toy pairs")
@@ -240,7 +240,7 @@ def _revision(repo_id: str, mirror) -> str | None:
     return None
 
 
-def _load_tokenizer(path: Path):
+def load_tokenizer(path: Path):
     from transformers import PreTrainedTokenizerFast
 
     if not (path / "tokenizer.json").is_file():
@@ -266,7 +266,7 @@ def _quiet():
             logging.enable_progress_bar()
 
 
-def _load_model(path: Path, dtype: torch.dtype):
+def load_model(path: Path, dtype: torch.dtype):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     weights = path / "model.safetensors"
@@ -288,7 +288,7 @@ def _load_model(path: Path, dtype: torch.dtype):
 
 
 def read_card() -> dict:
-    """The zoo card (bildlab/_zoo/card.json): configs, sizes, training commands and measured metrics."""
+    """The zoo card (bildlab/toy/_zoo/card.json): configs, sizes, training commands and measured metrics."""
     path = zoo_dir() / "card.json"
     if not path.is_file():
         raise FileNotFoundError(f"zoo card missing at {path}; rebuild the zoo with `{REBUILD}`")

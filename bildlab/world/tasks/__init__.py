@@ -25,6 +25,11 @@ from .toy import (MT_SIZES, SPLIT_BUCKETS, SPLIT_SEEDS, SPLITS, SUM_SIZES, TOY_S
 from .toy_mt import mt_lexicon
 from .toy_sum import sum_lexicon
 
+__all__ = ["paper", "OVERRIDES", "PAPER_TASKS", "PREPROCESSING", "SOURCES", "MT_SIZES", "SPLIT_BUCKETS",
+           "SPLIT_SEEDS", "SPLITS", "SUM_SIZES", "TOY_SIZES", "TOY_TASKS", "VERSION", "cache_dir", "cache_path",
+           "cache_root", "generate_toy_split", "split_bucket", "mt_lexicon", "sum_lexicon", "ALL_TASKS",
+           "task_metric", "metric_options", "load_task", "provenance"]
+
 ALL_TASKS = TOY_TASKS + PAPER_TASKS
 
 _METRICS = {"toy-mt": "bleu", "toy-sum": "rougeL", "iwslt2017-de-en": "bleu",

@@ -17,9 +17,9 @@ class ParameterError(ValueError):
 def check_params(params: dict, allowed: set | None = None) -> None:
     """Validate notebook parameters (a papermill -p value or a YAML file): unknown names, unknown pairs / splits /
     devices and out-of-range thresholds fail with a message naming the parameter."""
-    from .decoding import check_policy
-    from .models import PAIRS
-    from .tasks import SPLITS
+    from ..engine.decoding import check_policy
+    from ..world.models import PAIRS
+    from ..world.tasks import SPLITS
 
     if allowed is not None:
         unknown = sorted(set(params) - set(allowed))
@@ -71,14 +71,14 @@ def check_params(params: dict, allowed: set | None = None) -> None:
             except (ValueError, TypeError) as e:
                 raise ParameterError(f"rollback_rule: {e}") from None
         elif name in ("executor", "shard_size", "chunk_size"):
-            from .distributed import check
+            from ..harness.distributed import check
 
             try:
                 check(params.get("executor", "local"), params.get("shard_size"), params.get("chunk_size"))
             except (ValueError, ImportError) as e:  # ImportError: the Ray extra is not installed
                 raise ParameterError(str(e)) from None
         elif name == "memory":
-            from .memory import parse
+            from ..engine.memory import parse
 
             try:
                 parse(params[name])

@@ -51,7 +51,7 @@ from transformers import PreTrainedModel
 
 from . import capabilities
 from . import memory as mem
-from .decoding import Output, _check, _decoder_start, _eos_ids, _is_int, draft_width
+from .decoding import Output, _check, decoder_start, eos_ids, is_int, draft_width
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
 
@@ -179,7 +179,7 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             first = models[0]
             shared = first.wrap(last_hidden_state=first.encoded) if shares_bottom_layers(small, large) else None
             models.append(_Rows(small, source, mask, shared))
-        ids, positions, masks = torch.full((B, 1), _decoder_start(large), device=device), None, None
+        ids, positions, masks = torch.full((B, 1), decoder_start(large), device=device), None, None
     else:  # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens only
         ids = torch.zeros((B, P), dtype=torch.long, device=device)
         masks = torch.ones((B, P + budget), dtype=torch.long, device=device)
@@ -296,7 +296,7 @@ def generate_batch(
         raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
                          "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
                          "not reproduce; use generate for sampling")
-    if not _is_int(batch_size) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
     mem.parse(memory)
     if report is not None and not isinstance(report, dict):
@@ -317,7 +317,7 @@ def generate_batch(
             xs.append(check(x))
         except (TypeError, ValueError) as e:
             raise type(e)(f"inputs[{i}]: {e}") from None
-    eos = torch.tensor(sorted(_eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
+    eos = torch.tensor(sorted(eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
     capabilities.require_pair(large, small, method, drafts, batch=True)
     equal = _equal_lengths(large, small if drafts else None)

@@ -28,8 +28,6 @@ policies', cache growth beyond the calibrated prefixes, and a machine's drift be
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from .intervals import interval, ratio_of_sums
@@ -207,20 +205,7 @@ def timed_here(record: dict, cal: dict) -> bool | None:
     return all(m["processor"] == k["processor"] and m["device_name"] == k["device_name"] for m in machines)
 
 
-def reference(cal: dict, draft: str = "small", record: dict | None = None) -> dict:
-    """What a record says of the calibration that priced it: the machine, when (its key's digest finds it), whether
-    the record was timed there (`timed_here`), and the cost ratios it priced with (c of the record's draft; the
-    verifier's pass over m tokens in one-token passes)."""
-    from .registry import digest
 
-    k = cal["key"]
-    try:
-        c = round(cost_ratio(cal, draft), 4)
-    except ValueError:  # a draft this calibration did not measure
-        c = None
-    return {"digest": digest(k), "pair": k["pair"], "device_name": k["device_name"], "processor": k["processor"],
-            "threads": k["threads"], "made": cal["made"], "timed_here": timed_here(record or {}, cal), "c": c,
-            "pass_ratio": {str(m): r for m, r in pass_ratios(cal).items()}}
 
 
 def with_cost_ratio(cal: dict, c: float, draft: str = "small") -> dict:
@@ -234,67 +219,4 @@ def with_cost_ratio(cal: dict, c: float, draft: str = "small") -> dict:
     if s.get("by_position"):  # each position scaled as the mean: its first steps stay as much dearer
         s["by_position"] = [[v * n / o for v in row] for row, n, o in zip(s["by_position"], new, s["seconds"])]
     s["seconds"] = new
-    return out
-
-
-def attach(record: dict, cal: dict | None, sources: list[int], *, encoder_decoder: bool) -> dict:
-    """The record with its predicted speedup beside the measured one (`predict`) and the calibration named
-    (`record["calibration"]`); without a calibration, both are None."""
-    record["summary"].update(predict(record, cal, sources, encoder_decoder=encoder_decoder) if cal else
-                             dict.fromkeys(FIELDS))
-    record["calibration"] = reference(cal, record["key"].get("draft", "small"), record) if cal else None
-    return record
-
-
-@lru_cache(maxsize=16)
-def source_lengths(pair: str, task: str, split: str, limit) -> tuple[list[int], bool]:
-    """Every example's source length in the pair's large-model input (`Pair.encode`), and whether the pair is
-    encoder-decoder."""
-    from . import shard, tasks
-    from .models import zoo_dir
-
-    p = shard.load(pair, "small", "cpu", str(zoo_dir()))
-    lengths = [p.encode(ex["source"]).shape[1] for ex in tasks.load_task(task, split, limit=limit)]
-    return lengths, bool(p.large.config.is_encoder_decoder)
-
-
-def reprice(registry, calibrations: dict[str, dict]) -> int:
-    """Price every record of `registry` whose pair has a calibration in `calibrations` ({pair: calibration}),
-    storing its predicted speedup and the calibration's name; nothing else in a record changes. Returns the records
-    rewritten."""
-    done = 0
-    for record in registry.records():
-        key = record["key"]
-        cal = calibrations.get(key["pair"])
-        if cal is None:
-            continue
-        sources, enc_dec = source_lengths(key["pair"], key["task"], key["split"], key["limit"])
-        before = (dict(record["summary"]), record.get("calibration"))
-        attach(record, cal, sources, encoder_decoder=enc_dec)
-        if (record["summary"], record["calibration"]) != before:
-            registry.put(key, record)
-            done += 1
-    return done
-
-
-def elsewhere(records: list[dict], cal: dict) -> list[dict]:
-    """Every priced record's speedup on the machine of `cal` (a calibration of another machine, e.g. one a user
-    made with `bildlab calibrate` on their GPU) beside the one measured here and the one predicted here: the counts
-    are the machine-independent mechanism, the costs the other machine's. Records of another pair than the
-    calibration's are left out."""
-    out = []
-    for r in records:
-        key = r["key"]
-        if key["pair"] != cal["key"]["pair"] or key["method"] not in PRICED:
-            continue
-        sources, enc_dec = source_lengths(key["pair"], key["task"], key["split"], key["limit"])
-        there = predict(r, cal, sources, encoder_decoder=enc_dec)
-        if there["predicted_speedup"] is None:
-            continue
-        s = r["summary"]
-        out.append({"key": key, "pair": key["pair"], "split": key["split"], "method": key["method"],
-                    "draft": key.get("draft", "small"),
-                    "measured here": s["speedup"], "measured here ci": s["speedup_ci"],
-                    "predicted here": s.get("predicted_speedup"),
-                    "predicted there": there["predicted_speedup"], "predicted there ci": there["predicted_speedup_ci"]})
     return out

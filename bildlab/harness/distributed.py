@@ -190,7 +190,7 @@ def _run_tasks(spec, executor, submit, done, progress, what) -> None:
 def _gather(ray, pending: dict, done, progress, what: str) -> None:
     bar = None
     if progress:
-        from .timing import progress_bar
+        from ..engine.timing import progress_bar
 
         label = progress if isinstance(progress, str) else "sweep"
         bar = progress_bar(None, total=len(pending), desc=f"{label} ({what})")

@@ -21,12 +21,14 @@ from pathlib import Path
 
 import torch
 
-from . import distributed, runner, shard, study
-from . import evaluate as ev
-from . import memory as mem
-from .registry import Registry, digest
+from ..harness import distributed, shard
+from . import runner
+from .. import study
+from ..harness import evaluate as ev
+from ..engine import memory as mem
+from ..harness.registry import Registry, digest
 from .runner import notebook_defaults, notebook_names, profile_params
-from .tasks import PAPER_TASKS, task_metric
+from ..world.tasks import PAPER_TASKS, task_metric
 
 # Seconds per decode of the vanilla large model at batch 1, the unit of the estimate. Paper tasks, on a T4-class GPU:
 # CNN/DM 37,872 s for 13,368 validation examples in a public reproduction (2.83 s); the others scaled from it by their
@@ -188,7 +190,8 @@ def _prices(pair: str, found: ev.Lookup) -> dict:
     """What a sweep's decodes cost: from the calibration of this device for the pair in the sweep's registry
     (`bildlab calibrate`: a vanilla decode's seconds, c, the batch gain at the sweep's batch size) where there is
     one, else the stated constants above; `source` says which."""
-    from . import calibrate, costs
+    from ..harness import calibrate
+    from ..measure import costs
 
     run, cal = found.run, None
     if found.registry is not None and (torch.device(run["device"]).type == "cpu" or torch.cuda.is_available()):
@@ -255,7 +258,7 @@ def _geometry(pair: str) -> tuple[list[mem.Geometry], int]:
     import torch
     import transformers as tf
 
-    from .models import PAPER_CONFIG_COMMON, PAPER_CONFIGS, PAPER_GEOMETRY, TOY_PAIRS, zoo_dir
+    from ..world.models import PAPER_CONFIG_COMMON, PAPER_CONFIGS, PAPER_GEOMETRY, TOY_PAIRS, zoo_dir
 
     if pair in PAPER_GEOMETRY:
         large, small, rows = PAPER_GEOMETRY[pair]
@@ -274,14 +277,14 @@ def _geometry(pair: str) -> tuple[list[mem.Geometry], int]:
 @lru_cache(maxsize=64)
 def _longest_source(pair: str, task: str, split: str, limit) -> int:
     """The longest model input of a sweep: a paper task's truncation, a toy split's longest encoded source."""
-    from .models import MAX_SOURCE_TOKENS, TOY_PAIRS, zoo_dir
+    from ..world.models import MAX_SOURCE_TOKENS, TOY_PAIRS, zoo_dir
 
     if pair not in TOY_PAIRS:
         return MAX_SOURCE_TOKENS
-    from . import tasks
-    from .models import _load_tokenizer, source_ids
+    from ..world import tasks
+    from ..world.models import load_tokenizer, source_ids
 
-    tok, prefix = _load_tokenizer(zoo_dir() / "tokenizer"), TOY_PAIRS[pair][3]
+    tok, prefix = load_tokenizer(zoo_dir() / "tokenizer"), TOY_PAIRS[pair][3]
     return max(len(source_ids(tok, prefix, ex["source"], None, tok.eos_token_id))
                for ex in tasks.load_task(task, split, limit=limit))
 
@@ -341,5 +344,5 @@ def format_plan(rows: list[dict], profile: str) -> str:
                                                   for d in DEVICES))
     lines.append(" · ".join(f"{head[u]}: {UNITS[u]}" for u in units) + "; timing: the protocol at batch 1 on the "
                  "timed examples; output: every example's output, computed in batches. Per-decode costs and their "
-                 "sources: bildlab/plan.py (SECONDS_PER_DECODE, BATCH_GAIN, COST_RATIO).")
+                 "sources: bildlab/study/plan.py (SECONDS_PER_DECODE, BATCH_GAIN, COST_RATIO).")
     return "\n".join(lines)

@@ -25,11 +25,13 @@ import time
 from collections import defaultdict
 from datetime import datetime, timezone
 
-from . import calibrate, costs, shard, tasks, timing
-from .models import zoo_dir
-from .records import _agree, label
+from . import calibrate, pricing, shard
+from ..world import tasks
+from ..engine import timing
+from ..world.models import zoo_dir
+from .records import counts_agree, label
 from .registry import Registry, digest, versions
-from .summary import summarize
+from ..measure.summary import summarize
 
 FRESH = 600  # seconds: a pair's calibration is made again before a sweep that starts later than this after it
 
@@ -75,7 +77,7 @@ def _update(record: dict, n: int, spec: dict, done: dict[int, dict], p, cal: dic
         old = rows[i]
         same = (len(r["tokens"]) == old["tokens"] and p.decode(r["tokens"]) == old["output"]
                 and len(b["tokens"]) == old["baseline_tokens"] and p.decode(b["tokens"]) == old["baseline_output"])
-        if not same or (old["stats"] and not _agree(shard.counts(old["stats"]), shard.counts(r["stats"]))):
+        if not same or (old["stats"] and not counts_agree(shard.counts(old["stats"]), shard.counts(r["stats"]))):
             return False
         old.update(seconds=timing.ns(r["seconds"]), stats=timing.ns(r["stats"]),
                    baseline_seconds=timing.ns(b["seconds"]), hf_seconds=timing.ns(h["seconds"]) if h else None,
@@ -90,8 +92,8 @@ def _update(record: dict, n: int, spec: dict, done: dict[int, dict], p, cal: dic
                           **({"compile_seconds": timing.ns(sum(compiled))} if compiled else {})}
     record["retimed"] = {"made": made, "versions": versions()}
     record["summary"] = summarize(rows, [ex["target"] for ex in examples], metric=tasks.task_metric(key["task"]))
-    sources, enc_dec = costs.source_lengths(key["pair"], key["task"], key["split"], key["limit"])
-    costs.attach(record, cal, sources, encoder_decoder=enc_dec)  # a compiled record: named, not priced
+    sources, enc_dec = pricing.source_lengths(key["pair"], key["task"], key["split"], key["limit"])
+    pricing.attach(record, cal, sources, encoder_decoder=enc_dec)  # a compiled record: named, not priced
     record["calibration"]["same_run"] = True
     return True
 

@@ -1,5 +1,5 @@
 """toy-mt: translation between two invented languages (metric: BLEU). The lexicon is built once from
-MT_LEXICON_SEED; `_MTGenerator` draws sentence pairs from it."""
+MT_LEXICON_SEED; `MTGenerator` draws sentence pairs from it."""
 
 import bisect
 import random
@@ -250,7 +250,7 @@ def _build_mt_lexicon():
             "compounds": compounds, "adv_idioms": adv_idioms, "tables": tables}
 
 
-class _MTGenerator:
+class MTGenerator:
     """Draws toy-mt sentence pairs: build a clause, then realize it in both languages."""
 
     def __init__(self, lex, rng):

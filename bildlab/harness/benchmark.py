@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from . import timing
-from .decoding import generate
-from .intervals import interval, ratio_of_sums
+from ..engine import timing
+from ..engine.decoding import generate
+from ..measure.intervals import interval, ratio_of_sums
 
 METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
 LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
 
 
-def _transformers_version() -> tuple[int, int]:
+def transformers_version() -> tuple[int, int]:
     from packaging.version import Version  # a dependency of transformers; copes with "5.22.0.dev0", "5.22rc1"
 
     return Version(transformers.__version__).release[:2]
@@ -120,7 +120,7 @@ def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_ne
     """Time every method on every input under the one protocol (`timing.interleave`: `warmup` untimed decodes of the
     first inputs, fixed threads, the method order rotating per input, the median of `repeats`). `policy` is passed
     on (k, fallback, rollback, max_small_steps)."""
-    if "hf_assisted" in methods and large.config.is_encoder_decoder and _transformers_version() < (5, 22):
+    if "hf_assisted" in methods and large.config.is_encoder_decoder and transformers_version() < (5, 22):
         raise RuntimeError(f"Hugging Face assisted generation of encoder-decoder models fails inside transformers < "
                            f"5.22 (found {transformers.__version__}): upgrade transformers, or leave 'hf_assisted' "
                            f"out of methods")

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from .atomic import atomic_path
+from ..atomic import atomic_path
 
 PNG_META = {"Software": None}
 PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}

@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import metrics, tasks, train
-from .decoding import _eos_ids, generate, truncated
-from .intervals import interval, ratio_of_sums
-from .summary import score_difference
-from .timing import interleave
+from ..measure import metrics
+from ..world import tasks
+from . import train
+from ..engine.decoding import eos_ids, generate, truncated
+from ..measure.intervals import interval, ratio_of_sums
+from ..measure.summary import score_difference
+from ..engine.timing import interleave
 
 
 def agreement_counts(large, small, sources: list[list[int]], outputs: list[list[int]], pad_id: int = 0):
@@ -22,15 +24,15 @@ def agreement_counts(large, small, sources: list[list[int]], outputs: list[list[
         for start in range(0, len(sources), 64):
             src, out = sources[start : start + 64], outputs[start : start + 64]
             if small.config.is_encoder_decoder:
-                enc = train._pad(src, pad_id)
-                dec = train._pad([[0] + o[:-1] for o in out], pad_id)
+                enc = train.pad_rows(src, pad_id)
+                dec = train.pad_rows([[0] + o[:-1] for o in out], pad_id)
                 logits = small(input_ids=enc, attention_mask=enc.ne(pad_id), decoder_input_ids=dec).logits
-                target = train._pad(out, -100)
+                target = train.pad_rows(out, -100)
             else:
-                ids = train._pad([s + o for s, o in zip(src, out)], pad_id)
-                mask = train._pad([[1] * (len(s) + len(o)) for s, o in zip(src, out)], 0)
+                ids = train.pad_rows([s + o for s, o in zip(src, out)], pad_id)
+                mask = train.pad_rows([[1] * (len(s) + len(o)) for s, o in zip(src, out)], 0)
                 logits = small(input_ids=ids, attention_mask=mask).logits[:, :-1]
-                target = train._pad([[-100] * (len(s) - 1) + o for s, o in zip(src, out)], -100)
+                target = train.pad_rows([[-100] * (len(s) - 1) + o for s, o in zip(src, out)], -100)
                 logits = logits[:, : target.shape[1]]
             valid = target.ne(-100)
             same += (logits.argmax(-1).eq(target) & valid).sum(-1).tolist()
@@ -69,7 +71,7 @@ def measure(models: dict, sources: list[list[int]], refs: list[str], tokenizer, 
                                            desc=f"{task} {name}")
         data[name] = metrics.sentence_data(metric, [tokenizer.decode(o, skip_special_tokens=True).strip()
                                                     for o in outputs[name]], refs)
-        ends = _eos_ids(model, None)
+        ends = eos_ids(model, None)
         results[name] = {metric: round(float(metrics.corpus(metric, data[name], np.arange(len(refs))[None])[0]), 2),
                          "truncated": sum(truncated(o, max_new_tokens, ends) for o in outputs[name])}
         if name != large:

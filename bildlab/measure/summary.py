@@ -194,7 +194,7 @@ def compare(a: dict, b: dict, references: list[str] | None = None) -> dict:
     if differ:
         raise ValueError(f"compare needs two records on the same examples; their keys differ in {', '.join(differ)}")
     if references is None:
-        from .tasks import load_task
+        from ..world.tasks import load_task
 
         key = a["key"]
         references = [ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])]
@@ -230,7 +230,7 @@ def pareto(records: list[dict], references: list[str] | None = None) -> list[dic
     for r in records[1:]:
         speed_difference(records[0], r)  # the same examples, timed on the same ones (else a ValueError)
     if references is None:
-        from .tasks import load_task
+        from ..world.tasks import load_task
 
         key = records[0]["key"]
         references = [ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])]

@@ -23,7 +23,7 @@ from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
-from .atomic import atomic_path
+from ..atomic import atomic_path
 
 DEFAULT_REGISTRY = "results"
 LIBRARIES = ("torch", "transformers", "tokenizers")  # whose releases a record's outputs and timings may depend on
@@ -41,7 +41,7 @@ def digest(obj) -> str:
 
 def versions() -> dict:
     """The versions of Python, bildlab and the libraries a record depends on, in this environment."""
-    from . import __version__
+    from .. import __version__
 
     out = {"python": platform.python_version(), "bildlab": __version__}
     for name in LIBRARIES:

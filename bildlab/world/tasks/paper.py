@@ -9,7 +9,7 @@ datasets >= 4 refuses loading scripts and ids without a namespace, so the tasks 
     cnn_dailymail    abisee/cnn_dailymail, main                  3.0.0               13368
 
 Only the files of the requested split are fetched (`huggingface_hub.snapshot_download` with `allow_patterns`; a WMT14
-load would otherwise fetch the 4.5M-row training set), or read from a local mirror ($BILDLAB_MIRROR, `bildlab.mirror`).
+load would otherwise fetch the 4.5M-row training set), or read from a local mirror ($BILDLAB_MIRROR, `bildlab.world.mirror`).
 The IWSLT export holds every language pair, each in its own folder: the folder (`data_dir`) picks de-en, and the
 row count (888, not 888 x the number of pairs) is checked. Rows with an empty source or target are dropped (XSum has
 5 empty documents in validation) after the count check; `SOURCES[...].rows` are the examples the loader yields from

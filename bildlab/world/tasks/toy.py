@@ -9,9 +9,9 @@ import os
 import random
 import zlib
 
-from ..atomic import atomic_path
-from .toy_mt import _MTGenerator, mt_lexicon
-from .toy_sum import _SumGenerator, sum_lexicon
+from ...atomic import atomic_path
+from .toy_mt import MTGenerator, mt_lexicon
+from .toy_sum import SumGenerator, sum_lexicon
 
 VERSION = 3
 SPLITS = ("train", "validation", "test")
@@ -84,7 +84,7 @@ def generate_toy_split(name, split):
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
     rng = random.Random(SPLIT_SEEDS[name][split])
-    make = _MTGenerator(mt_lexicon(), rng) if name == "toy-mt" else _SumGenerator(sum_lexicon(), rng)
+    make = MTGenerator(mt_lexicon(), rng) if name == "toy-mt" else SumGenerator(sum_lexicon(), rng)
     buckets = SPLIT_BUCKETS[split]
     size = TOY_SIZES[name][split]
     examples, seen = [], set()

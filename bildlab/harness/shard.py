@@ -11,10 +11,11 @@ from functools import lru_cache
 
 import torch
 
-from . import static, tasks, timing
+from ..engine import static, timing
+from ..world import tasks
 from .benchmark import hf_generate
-from .decoding import generate
-from .models import load_pair
+from ..engine.decoding import generate
+from ..world.models import load_pair
 
 
 # a sweep entry's policy arguments where the grid leaves them out (the registry key keeps those that matter)
@@ -47,7 +48,7 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
     `spec["compile"]` the engine's runners decode with compiled steps on static caches, compiled by `warm_up` before
     the first timed (or warm-up) decode; the first row of the shard holds those seconds (`compile_seconds`)."""
     entries, mnt, seed = spec["entries"], spec["max_new_tokens"], spec["seed"]
-    pairs, inputs = _models_and_inputs(spec, indices)
+    pairs, inputs = models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
     hf_eos = p.large.generation_config.eos_token_id
     kw = dict(cache="static", compile=True) if spec.get("compile") else {}
@@ -62,7 +63,7 @@ def time_shard(spec: dict, indices: list[int], *, progress: bool | str = False, 
                 p.large, x, method="sample", max_new_tokens=mnt, temperature=t, seed=seed + i, **kw)))(float(name[7:]))
         else:
             e = entries[int(name[6:])]
-            runners[name] = _policy_runner(pairs[e["draft"]], e, seed, mnt, **kw)
+            runners[name] = policy_runner(pairs[e["draft"]], e, seed, mnt, **kw)
     done, where = {}, machine(spec["device"])
     compiling = [warm_up(spec, pairs, inputs)] if kw else []
 
@@ -129,7 +130,7 @@ def _result(out) -> tuple[list[int], dict]:
     return out.tokens, out.stats
 
 
-def _models_and_inputs(spec: dict, indices: list[int]) -> tuple[dict, list]:
+def models_and_inputs(spec: dict, indices: list[int]) -> tuple[dict, list]:
     """A sweep's pair loaded once per draft it uses ({draft: Pair}) and the model inputs of the examples `indices`."""
     drafts = sorted({e["draft"] for e in spec["entries"]})
     pairs = {d: load(spec["pair"], d, spec["device"], spec["zoo"]) for d in drafts}
@@ -144,7 +145,7 @@ def _policy_kwargs(e: dict) -> dict:
                 max_small_steps=e["max_small_steps"], rollback_rule=e["rollback_rule"])
 
 
-def _policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
+def policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
     """A policy's runner; `kw` (cache="static", compile=True) for the engine's methods only (`check_compile`)."""
     if e["method"] == "hf_assisted":
         eos = p.large.generation_config.eos_token_id
@@ -195,9 +196,9 @@ def compute_outputs(spec: dict, indices: list[int], names: list[str], batch_size
     thread count: {name: ([tokens per index], layout, [counts per index])}, layout = {"memory": budget bytes,
     "batches": batches decoded, "largest": rows of the largest, "splits": out-of-memory splits}, counts the engine's
     exact counts of each output (`counts`). Also a Ray task's work (one chunk)."""
-    from .batch import generate_batch
+    from ..engine.batch import generate_batch
 
-    pairs, xs = _models_and_inputs(spec, indices)
+    pairs, xs = models_and_inputs(spec, indices)
     p = next(iter(pairs.values()))
     mnt = spec["max_new_tokens"]
     if progress:

@@ -1,5 +1,5 @@
 """toy-sum: summarization of invented news stories (metric: ROUGE-L). The name lists are built once from
-SUM_LEXICON_SEED; `_SumGenerator` draws (document, summary) pairs."""
+SUM_LEXICON_SEED; `SumGenerator` draws (document, summary) pairs."""
 
 import random
 import string
@@ -297,7 +297,7 @@ def _slots(template):
     return {field for _, field, _, _ in string.Formatter().parse(template) if field}
 
 
-class _SumGenerator:
+class SumGenerator:
     """Draws toy-sum (document, summary) pairs."""
 
     def __init__(self, lex, rng):

@@ -29,9 +29,10 @@ from datetime import datetime, timezone
 import numpy as np
 import torch
 
-from . import shard, timing
-from .intervals import interval, mean
-from .models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
+from . import shard
+from ..engine import timing
+from ..measure.intervals import interval, mean
+from ..world.models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
 from .registry import Registry, versions
 
 MS = tuple(range(1, 12))  # pass sizes: BiLD's max_small_steps (10) + 1 and speculative k (<= 8) + 1
@@ -41,7 +42,7 @@ TOY_BATCH_SIZES = (64, 256)
 
 
 def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens) -> None:
-    from .models import PAIRS
+    from ..world.models import PAIRS
 
     if pair not in PAIRS:
         raise ValueError(f"pair must be one of {', '.join(PAIRS)}; got {pair!r}")
@@ -62,7 +63,7 @@ def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new
 def _models(pair: str, device: str, random_weights: bool) -> tuple[dict, object]:
     """{draft name: (large, draft)} for every draft the pair has, and its tokenizer-side Pair (None when random)."""
     if random_weights:
-        from .models import random_pair
+        from ..world.models import random_pair
 
         large, small = random_pair(pair, device)
         return {"small": (large, small)}, None
@@ -88,9 +89,9 @@ def _inputs(pair, p, n, lengths, device, vocab: int) -> list[torch.Tensor]:
 def _seq(view, x: torch.Tensor, length: int) -> tuple[torch.Tensor, int]:
     """A sequence buffer as the loop builds it (the decoder start, or the prompt) with `length` filler positions
     after it, and where the output starts."""
-    from .decoding import _decoder_start
+    from ..engine.decoding import decoder_start
 
-    start = (torch.tensor([[_decoder_start(view.model)]], device=x.device) if view.encoder_decoder else x)
+    start = (torch.tensor([[decoder_start(view.model)]], device=x.device) if view.encoder_decoder else x)
     seq = torch.full((1, start.shape[1] + length), 5, dtype=torch.long, device=x.device)
     seq[:, : start.shape[1]] = start
     return seq, start.shape[1]
@@ -99,8 +100,8 @@ def _seq(view, x: torch.Tensor, length: int) -> tuple[torch.Tensor, int]:
 def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
     """The timed calls: each runner measures its own call with `timing.clock` (the view is built and the prefix fed
     before the clock starts) and returns its seconds in its stats."""
-    from .decoding import generate
-    from .views import EarlyExitView, View
+    from ..engine.decoding import generate
+    from ..engine.views import EarlyExitView, View
 
     large = models["small"][0]
     dev = large.device
@@ -279,8 +280,8 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
     there a step is a few times cheaper, so the same noise of the clock is a few times smaller against it (from the
     large model's, under load, it came out below zero). Medians over the decodes: one slow decode (the machine's
     other work) moves a mean, not a median."""
-    from . import costs as pricing
-    from .decoding import generate
+    from ..measure import costs as pricing
+    from ..engine.decoding import generate
 
     large, small = models
     runners = {"greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))}
@@ -322,8 +323,8 @@ def _out(o) -> tuple[list[int], dict]:
 def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tuple[dict, dict]:
     """Batch-1 decodes of `xs` (the protocol) against batched ones at each size: the gain per output, its interval
     over the batch-1 examples, and how many batched outputs equal the batch-1 ones."""
-    from .batch import generate_batch
-    from .decoding import generate
+    from ..engine.batch import generate_batch
+    from ..engine.decoding import generate
 
     rows = timing.interleave(xs, {"decode": lambda x, i: (generate(large, x, max_new_tokens=max_new_tokens).tokens,
                                                           {})}, warmup=min(warmup, len(xs)), threads=threads)
@@ -346,7 +347,7 @@ def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tupl
 def _readable(pair: str) -> bool:
     """Whether a paper pair's checkpoints can be read here (a local mirror or the hub's cache)."""
     try:
-        from .models import load_pair
+        from ..world.models import load_pair
 
         load_pair(pair)
         return True

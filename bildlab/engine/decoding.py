@@ -195,13 +195,13 @@ def generate(
     static.check(cache, compile)
     require_pair(model, small, method, drafts=method == "speculative" or (method == "bild" and fallback < 1.0))
     do_sample = do_sample or method == "sample"
-    eos = _eos_ids(model, eos_token_id)
+    eos = eos_ids(model, eos_token_id)
     device = input_ids.device
     t_start = _clock(device)
 
     # the shared sequence buffer: [decoder start] or the prompt, then the output; drafts are written past `pos`
     if model.config.is_encoder_decoder:
-        prefix = torch.tensor([[_decoder_start(model)]], device=device)
+        prefix = torch.tensor([[decoder_start(model)]], device=device)
     else:
         prefix = input_ids
     P = prefix.shape[1]
@@ -330,7 +330,7 @@ def draft_width(method: str, k: int, max_small_steps: int) -> int:
     return {"speculative": k, "prompt-lookup": k, "bild": max_small_steps}.get(method, 0)
 
 
-def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
+def eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
     if eos_token_id is None:
         eos_token_id = model.generation_config.eos_token_id
     if eos_token_id is None:
@@ -343,7 +343,7 @@ def truncated(tokens: list[int], max_new_tokens: int, eos: frozenset) -> bool:
     return len(tokens) >= max_new_tokens and not (tokens and tokens[-1] in eos)
 
 
-def _decoder_start(model: PreTrainedModel) -> int:
+def decoder_start(model: PreTrainedModel) -> int:
     for value in (model.generation_config.decoder_start_token_id, getattr(model.config, "decoder_start_token_id", None),
                   model.generation_config.bos_token_id):
         if value is not None:
@@ -355,7 +355,7 @@ def _vocab_size(model: PreTrainedModel) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-def _is_int(x) -> bool:
+def is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -364,11 +364,11 @@ def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: f
     """Validate a decoding method and its policy without any model (the harness checks sweeps up front)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
-    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
-    if not _is_int(k) or k < 1:
+    if not is_int(k) or k < 1:
         raise ValueError(f"k (the maximum draft length) must be an integer >= 1; got {k!r}")
-    if not _is_int(max_small_steps) or max_small_steps < 1:
+    if not is_int(max_small_steps) or max_small_steps < 1:
         raise ValueError(f"max_small_steps must be an integer >= 1; got {max_small_steps!r}")
     if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0.0 <= fallback <= 1.0:
         raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
@@ -376,7 +376,7 @@ def check_policy(method: str, max_new_tokens: int = 128, k: int = 4, fallback: f
         raise ValueError(f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}")
     if rollback_rule not in ROLLBACK_RULES:
         raise ValueError(f"rollback_rule must be one of {', '.join(map(repr, ROLLBACK_RULES))}; got {rollback_rule!r}")
-    if not _is_int(ngram) or ngram < 1:
+    if not is_int(ngram) or ngram < 1:
         raise ValueError(f"ngram (prompt lookup's longest n-gram matched) must be an integer >= 1; got {ngram!r}")
 
 
@@ -407,12 +407,12 @@ def _check(model, input_ids, small, method, max_new_tokens, k, fallback, rollbac
     if sampling:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
             raise ValueError(f"temperature must be a number > 0 when sampling; got {temperature!r}")
-        if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        if top_k is not None and (not is_int(top_k) or top_k < 1):
             raise ValueError(f"top_k must be None or an integer >= 1; got {top_k!r}")
         if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                                   or not 0.0 < top_p <= 1.0):
             raise ValueError(f"top_p must be None or a number in (0, 1]; got {top_p!r}")
-    if seed is not None and not _is_int(seed):
+    if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be None or an int; got {seed!r}")
     if method in ("speculative", "bild"):
         if small is None:

@@ -9,11 +9,11 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .atomic import atomic_path
+from ..atomic import atomic_path
 from .params import ParameterError
 
 ROOT_ENV = "BILDLAB_ROOT"  # the study checkout, for a command run outside it
-HOME = Path(__file__).resolve().parent.parent  # the folder the package sits in: a checkout, or site-packages
+HOME = Path(__file__).resolve().parents[2]  # the folder the package sits in: a checkout, or site-packages
 ROOT = HOME  # the study in use: notebooks/, params/, runs/, figures/, README.md (`use_root`)
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "params"
@@ -235,7 +235,7 @@ def replay_note(registries, recompute: bool = False) -> str:
     """One line on what a run will reuse: the number of records, and the library versions that made them where these
     differ from this environment's. A registry whose keys still hold library versions (bildlab <= 0.2) fails with
     the command that migrates it."""
-    from .registry import Registry, differences, versions
+    from ..harness.registry import Registry, differences, versions
 
     here, total, n, differ = versions(), 0, 0, {}
     for root in sorted(registries):
@@ -271,7 +271,7 @@ def results_table(table: str | os.PathLike | None = None) -> str:
     """A markdown table of the toy study's main table, from the rows RQ5 wrote beside its figure: per task and row,
     the policy chosen on validation and its test numbers with 95% intervals, each timing pass (over the timed sample
     where one was: N says how many)."""
-    from .summary import fmt
+    from ..measure.summary import fmt
 
     data = json.loads(Path(table or ROOT / "figures" / "rq5_main_table.json").read_text())
     passes = data["passes"]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import warnings
 
-from . import costs, shard, tasks, timing
-from .mechanism import mechanism
-from .models import zoo_dir
-from .decoding import _eos_ids, truncated
+from ..measure import costs
+from . import pricing, shard
+from ..world import tasks
+from ..engine import timing
+from ..measure.mechanism import mechanism
+from ..world.models import zoo_dir
+from ..engine.decoding import eos_ids, truncated
 from .registry import versions
-from .summary import summarize
+from ..measure.summary import summarize
 
 
 # where a record's mechanism was counted (`mechanism["source"]`): on every example of its split, from its batched
@@ -34,7 +37,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
     missing = [i for i in range(len(examples)) if i not in done] if batched is None else []
     if missing:
         raise ValueError(f"done must hold a row for every example; missing {missing[:5]}")
-    eos = _eos_ids(p.large, None)
+    eos = eos_ids(p.large, None)
     references = [ex["target"] for ex in examples]
     names = shard.runner_names(spec["entries"], spec["hf_baseline"])
     here = shard.machine(spec["device"])  # for rows checkpointed before rows said where they were timed
@@ -89,7 +92,7 @@ def build_records(spec: dict, keys: list[dict], done: dict[int, dict], *, sweep:
                         "protocol": {**timing.settings(spec["threads"], spec["repeats"], spec["warmup"]),
                                      "interleaved_with": names, "sweep": sweep, **compiling},
                         "machines": machines, "examples": rows})
-        costs.attach(records[-1], calibration, sources, encoder_decoder=bool(p.large.config.is_encoder_decoder))
+        pricing.attach(records[-1], calibration, sources, encoder_decoder=bool(p.large.config.is_encoder_decoder))
     return records
 
 
@@ -140,8 +143,8 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
                 "max_new_tokens": key["max_new_tokens"]}
         indices = list(range(len(record["examples"])))
         if e["do_sample"]:  # sampled outputs are the engine's at batch 1, example i's seed the sweep's + i
-            pairs, xs = shard._models_and_inputs(spec, indices)
-            run = shard._policy_runner(pairs[e["draft"]], e, key["seed"], key["max_new_tokens"])
+            pairs, xs = shard.models_and_inputs(spec, indices)
+            run = shard.policy_runner(pairs[e["draft"]], e, key["seed"], key["max_new_tokens"])
             with timing.fixed_threads(key["threads"]):
                 made = [run(x, i) for i, x in zip(indices, xs)]
             tokens, counts = [t for t, _ in made], [shard.counts(st) for _, st in made]
@@ -150,7 +153,7 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
         p = shard.load(key["pair"], e["draft"], key["device"], spec["zoo"])
         same = all(len(t) == row["tokens"] and p.decode(t) == row["output"]
                    for t, row in zip(tokens, record["examples"]))
-        same = same and all(_agree(shard.counts(row["stats"]), counts[i]) for i, row in enumerate(record["examples"])
+        same = same and all(counts_agree(shard.counts(row["stats"]), counts[i]) for i, row in enumerate(record["examples"])
                             if row["stats"] is not None)
         if not same:
             out["differ"].append(f"{key['pair']} {key['split']}: {label(e)}")
@@ -161,7 +164,7 @@ def recount(registry, *, batch_size: int = 64, only=None, progress: bool = True)
     return out
 
 
-def _agree(timed: dict, batched: dict) -> bool:
+def counts_agree(timed: dict, batched: dict) -> bool:
     """A timed example's counts and its batched output's agree on every count both have (a timed row made before
     a counter was kept lacks it; a batched BiLD row with a rollback lacks what it cannot count exactly)."""
     return all(timed[k] == batched[k] for k in timed.keys() & batched.keys())

@@ -20,8 +20,8 @@ import re
 import torch
 from tqdm.auto import tqdm
 
-from .atomic import atomic_path
-from .decoding import _eos_ids
+from ..atomic import atomic_path
+from ..engine.decoding import eos_ids
 
 
 def encode_pairs(tokenizer, examples: list[dict], prefix: str = "", max_source: int = 256, max_target: int = 128):
@@ -72,7 +72,7 @@ def short_first_plan(pairs: list[tuple[list[int], list[int]]], batch_tokens: int
     return [[short[i] for i in batch] for batch in warm[:short_first]] + plan
 
 
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
+def pad_rows(rows: list[list[int]], value: int) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
 
@@ -201,8 +201,8 @@ def train_seq2seq(model, pairs: list[tuple[list[int], list[int]]], *, pad_id: in
     plan = plan[:max_steps]
 
     def loss_of(batch):
-        src = _pad([pairs[i][0] for i in batch], pad_id)
-        tgt = _pad([pairs[i][1] for i in batch], -100)
+        src = pad_rows([pairs[i][0] for i in batch], pad_id)
+        tgt = pad_rows([pairs[i][1] for i in batch], -100)
         out = model(input_ids=src, attention_mask=src.ne(pad_id), labels=tgt,
                     output_hidden_states=exit_layer is not None)
         if exit_layer is None:
@@ -223,9 +223,9 @@ def train_causal_lm(model, pairs: list[tuple[list[int], list[int]]], *, pad_id: 
     plan = batches(pairs, batch_tokens, seed, epochs)[:max_steps]
 
     def loss_of(batch):
-        ids = _pad([pairs[i][0] + pairs[i][1] for i in batch], pad_id)
-        labels = _pad([[-100] * len(pairs[i][0]) + pairs[i][1] for i in batch], -100)
-        mask = _pad([[1] * (len(pairs[i][0]) + len(pairs[i][1])) for i in batch], 0)
+        ids = pad_rows([pairs[i][0] + pairs[i][1] for i in batch], pad_id)
+        labels = pad_rows([[-100] * len(pairs[i][0]) + pairs[i][1] for i in batch], -100)
+        mask = pad_rows([[1] * (len(pairs[i][0]) + len(pairs[i][1])) for i in batch], 0)
         return model(input_ids=ids, attention_mask=mask, labels=labels).loss
 
     return _loop(model, loss_of, plan, lr=lr, warmup=warmup, seed=seed, checkpoint=checkpoint,
@@ -239,14 +239,14 @@ def greedy_batch(model, sources: list[list[int]], *, pad_id: int, max_new_tokens
     data and metrics, not for timing. Outputs end at EOS (included) or at `max_new_tokens`."""
     model.eval()
     eos = model.generation_config.eos_token_id
-    ends = _eos_ids(model, eos)
+    ends = eos_ids(model, eos)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[int]] = [[] for _ in sources]
     for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, mininterval=2.0):
         idx = order[start : start + batch_size]
         rows = [sources[i] for i in idx]
         if model.config.is_encoder_decoder:
-            src = _pad(rows, pad_id)
+            src = pad_rows(rows, pad_id)
             mask, skip = src.ne(pad_id), 1
         else:  # decoder-only: pad on the left, keep only what follows the prompt
             width = max(len(r) for r in rows)
@@ -268,5 +268,5 @@ def calibration_data(large, pairs: list[tuple[list[int], list[int]]], *, pad_id:
     learns to loop (on the toy zoo, 1.4% of outputs made the aligned small's translations a third too long)."""
     outputs = greedy_batch(large, [s for s, _ in pairs], pad_id=pad_id, max_new_tokens=max_new_tokens,
                            batch_size=batch_size, desc="calibration data", progress=progress)
-    ends = _eos_ids(large, None)
+    ends = eos_ids(large, None)
     return [(s, o) for (s, _), o in zip(pairs, outputs) if o and o[-1] in ends]

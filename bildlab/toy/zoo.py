@@ -1,7 +1,7 @@
 """The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small, prediction-aligned small)
 and a decoder-only Llama pair, trained from scratch on the synthetic tasks and measured for the card.
 
-    bildlab zoo --jobs 2            # rebuild bildlab/_zoo (85 minutes on 2 CPU cores), resumable
+    bildlab zoo --jobs 2            # rebuild bildlab/toy/_zoo (85 minutes on 2 CPU cores), resumable
     bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
 
 Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when its output is
@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 
-from . import metrics, tasks, train
+from ..measure import metrics
+from ..world import tasks
+from . import train
 from .card import latency as card_latency, measure
-from .atomic import atomic_path
-from .early_exit import exit_draft
-from .models import EXIT_LAYER, TOY_PAIRS, zoo_dir
+from ..atomic import atomic_path
+from ..engine.early_exit import exit_draft
+from ..world.models import EXIT_LAYER, TOY_PAIRS, zoo_dir
 
 # BPE trained on all the text the zoo trains on. The toy-sum names are invented syllable strings: a 4,096-piece
 # tokenizer trained on 4,500 stories split them into 3-4 pieces, and the models' summaries that had to copy 8 or more
@@ -121,9 +123,9 @@ def _save(model, out: Path):
 
 
 def _load(path: Path):
-    from .models import _load_model
+    from ..world.models import load_model
 
-    return _load_model(path, torch.float32)
+    return load_model(path, torch.float32)
 
 
 def _seq2seq_data(tokenizer, task: str, n: int):
@@ -182,11 +184,11 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
         _log_stage(out / "train-log.json", work / "train-log.lock", name, info)
         print(f"[zoo] {name}: {info['seconds']} s", file=sys.stderr)
 
-    from .models import _load_tokenizer
+    from ..world.models import load_tokenizer
 
     if not (out / "tokenizer").exists():
         build_tokenizer(out / "tokenizer", profile)
-    tokenizer = _load_tokenizer(out / "tokenizer")
+    tokenizer = load_tokenizer(out / "tokenizer")
     vocab = len(tokenizer)
     mt_data = _seq2seq_data(tokenizer, "toy-mt", profile["mt"])
     sum_data = _seq2seq_data(tokenizer, "toy-sum", profile["sum"])
