@@ -19,8 +19,10 @@ setup:
 study: setup
 	$(PYTHON) -m bildlab.cli study
 
-# unit tests, then the notebooks with nbval (every cell runs; the cells marked NBVAL_CHECK_OUTPUT must reproduce)
+# the linter and the formatter (ruff), unit tests, then the notebooks with nbval (every cell runs; the cells marked NBVAL_CHECK_OUTPUT must reproduce)
 test: setup
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m pytest -q tests
 	$(PYTHON) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
 

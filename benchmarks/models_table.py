@@ -1,12 +1,13 @@
-"""Write docs/models.md: the model table of tests/test_models.py, run on every architecture listed there.
+"""Write docs/models.md: the model table of tests/test_models.py, run on every architecture listed
+there.
 
     python benchmarks/models_table.py            # about a minute on one CPU core
 
-Each architecture's tiny random model (and its one-layer copy as the small model) is decoded by every method and by
-generate_batch on three prompts, with and without an EOS inside the output, and compared with transformers' greedy
-generate: "exact" (all tokens equal) or "refused" (bildlab.Unsupported before the first token). The test module
-checks that every line written here is what the installed transformers gives.
-"""
+Each architecture's tiny random model (and its one-layer copy as the small model) is decoded by
+every method and by generate_batch on three prompts, with and without an EOS inside the output, and
+compared with transformers' greedy generate: "exact" (all tokens equal) or "refused"
+(bildlab.Unsupported before the first token). The test module checks that every line written here is
+what the installed transformers gives."""
 
 import os
 import sys
@@ -58,8 +59,13 @@ def main() -> None:
     for name in ARCHITECTURES:
         lines.append(row(name, outcomes(name)))
         print(lines[-1], flush=True)
-    head = HEAD.format(script=Path(__file__).relative_to(ROOT), version=tf.__version__, cheap=", ".join(CHEAP),
-                       routes=" | ".join(ROUTES), rules="---|" * (len(ROUTES) + 4))
+    head = HEAD.format(
+        script=Path(__file__).relative_to(ROOT),
+        version=tf.__version__,
+        cheap=", ".join(CHEAP),
+        routes=" | ".join(ROUTES),
+        rules="---|" * (len(ROUTES) + 4),
+    )
     with atomic_path(DOC) as tmp:
         tmp.write_text(head + "\n".join(lines) + "\n\n[Back to decoding.md](decoding.md)\n")
     assert len(CHECKS) * 2 == len(ROUTES)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path next to `path`; rename it to `path` when the block succeeds, delete it otherwise."""
+    """Yield a temporary path next to `path`; rename it to `path` when the block succeeds, delete it
+    otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -1,9 +1,9 @@
 """The `bildlab` command line.
 
-    bildlab demo        decode a few inputs with every method and print the statistics
-    bildlab zoo         (re)build the toy model zoo in bildlab/toy/_zoo and its card
-    bildlab study       run the study notebooks through papermill (toy profile by default)
-    bildlab registry    look after a results registry (--migrate: keys of bildlab <= 0.2 to keys without versions)
+bildlab demo        decode a few inputs with every method and print the statistics
+bildlab zoo         (re)build the toy model zoo in bildlab/toy/_zoo and its card
+bildlab study       run the study notebooks through papermill (toy profile by default)
+bildlab registry    look after a results registry (--migrate: keys of bildlab <= 0.2 to keys without versions)
 """
 
 from __future__ import annotations
@@ -28,20 +28,36 @@ def _demo(args) -> int:
         inputs = pair.inputs("test", limit=args.n)
         what = f"{args.pair} from the shipped zoo, its first {len(inputs)} test sources"
     methods, policy = ("greedy", "speculative", "bild"), dict(k=4, fallback=0.6, rollback=5.0)
-    r = compare(large, small, inputs, methods, max_new_tokens=args.max_new_tokens, warmup=1, threads=args.threads,
-                **policy)
+    r = compare(
+        large,
+        small,
+        inputs,
+        methods,
+        max_new_tokens=args.max_new_tokens,
+        warmup=1,
+        threads=args.threads,
+        **policy,
+    )
     n = len(inputs)
-    print(f"{what}; max {args.max_new_tokens} new tokens, threads={args.threads}, 1 warm-up decode, "
-          f"speculative k={policy['k']}, BiLD fallback {policy['fallback']} rollback {policy['rollback']}")
-    print(f"{'method':>12} {'tokens':>7} {'large calls':>12} {'small-model tokens':>19}  "
-          f"{'speedup over greedy [95% CI]':<29} identical to greedy")
+    print(
+        f"{what}; max {args.max_new_tokens} new tokens, threads={args.threads}, 1 warm-up decode, "
+        f"speculative k={policy['k']}, BiLD fallback {policy['fallback']} rollback {policy['rollback']}"
+    )
+    print(
+        f"{'method':>12} {'tokens':>7} {'large calls':>12} {'small-model tokens':>19}  "
+        f"{'speedup over greedy [95% CI]':<29} identical to greedy"
+    )
     for name in methods:
         value, lo, hi = r.speedup(name)
         speed = "1x" if name == "greedy" else f"{value:.2f}x [{lo:.2f}, {hi:.2f}]"
-        print(f"{name:>12} {r.tokens[name]:>7} {r.large_calls.get(name, 0):>12} {r.small_tokens[name]:>19}  "
-              f"{speed:<29} {r.same(name)}/{n}")
-    print(f"speedup: greedy's time over the method's, summed over the {n} inputs (paired bootstrap); speculative "
-          f"decoding is lossless by construction, BiLD is not")
+        print(
+            f"{name:>12} {r.tokens[name]:>7} {r.large_calls.get(name, 0):>12} {r.small_tokens[name]:>19}  "
+            f"{speed:<29} {r.same(name)}/{n}"
+        )
+    print(
+        f"speedup: greedy's time over the method's, summed over the {n} inputs (paired bootstrap); speculative "
+        f"decoding is lossless by construction, BiLD is not"
+    )
     return 0
 
 
@@ -69,12 +85,15 @@ def _study(args) -> int:
     known = runner.notebook_names()
     for name in args.notebook or []:
         if name not in known:
-            args.parser.error(f"argument --notebook: invalid choice: {name!r} (choose from {', '.join(known)})")
+            args.parser.error(
+                f"argument --notebook: invalid choice: {name!r} (choose from {', '.join(known)})"
+            )
 
     overrides = {}
     for name, value in args.param or []:
         try:
-            overrides[name] = yaml.safe_load(value)  # like papermill -p: numbers, lists, null, strings
+            # like papermill -p: numbers, lists, null, strings
+            overrides[name] = yaml.safe_load(value)
         except yaml.YAMLError:
             raise ParameterError(f"-p {name}: {value!r} is not a YAML value") from None
     from_file = (yaml.safe_load(Path(args.params).read_text()) or {}) if args.params else {}
@@ -83,16 +102,25 @@ def _study(args) -> int:
 
         if args.recompute:
             overrides["recompute"] = True
-        print(format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile))
+        print(
+            format_plan(plan(args.profile, args.notebook, {**from_file, **overrides}), args.profile)
+        )
         return 0
     _check_machine(args.profile, args.notebook, {**from_file, **overrides})
     from .study.plan import check
     from .study.runner import NotebookFailed, run_study
 
-    check(args.profile, args.notebook, {**from_file, **overrides})  # every sweep each notebook would make
+    # every sweep each notebook would make
+    check(args.profile, args.notebook, {**from_file, **overrides})
     try:
-        run_study(profile=args.profile, notebooks=args.notebook, out=args.out, overrides=overrides,
-                  params_file=args.params, recompute=args.recompute)
+        run_study(
+            profile=args.profile,
+            notebooks=args.notebook,
+            out=args.out,
+            overrides=overrides,
+            params_file=args.params,
+            recompute=args.recompute,
+        )
     except NotebookFailed as e:
         if args.verbose and e.traceback:
             print(e.traceback, file=sys.stderr)
@@ -112,34 +140,54 @@ def _registry(args) -> int:
             print(f"bildlab registry: error: no registry folder {root!r}", file=sys.stderr)
             return 2
         if args.migrate:
-            print(f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)")
-            print(f"{root}: {Registry(root).compact()} records stored as columns, each sweep's vanilla runs once")
+            print(
+                f"{root}: {migrate(root)} records moved to keys without library versions (none recomputed)"
+            )
+            print(
+                f"{root}: {Registry(root).compact()} records stored as columns, each sweep's vanilla runs once"
+            )
         if args.compact:
             n = Registry(root).compact()
-            print(f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)")
+            print(
+                f"{root}: {n} records rewritten in the current storage (values unchanged; seconds to the ns)"
+            )
         if args.recount:
             from .harness.records import recount
 
             out = recount(Registry(root), progress=not args.quiet)
-            print(f"{root}: {out['recounted']} records' mechanism counted on every example ({out['skipped']} "
-                  f"already were, or count nothing)")
+            print(
+                f"{root}: {out['recounted']} records' mechanism counted on every example ({out['skipped']} "
+                f"already were, or count nothing)"
+            )
             for name in out["differ"]:
-                print(f"{root}: {name}: outputs computed again differ from the record's; left as it was",
-                      file=sys.stderr)
+                print(
+                    f"{root}: {name}: outputs computed again differ from the record's; left as it was",
+                    file=sys.stderr,
+                )
             if out["differ"]:
                 return 1
         if args.retime:
             from .harness.retime import retime
 
             pairs, splits = set(args.pair or ()), set(args.split or ())
-            out = retime(Registry(root), only=lambda r: ((not pairs or r["key"]["pair"] in pairs)
-                                                         and (not splits or r["key"]["split"] in splits)),
-                         progress=not args.quiet)
+            out = retime(
+                Registry(root),
+                only=lambda r: (
+                    (not pairs or r["key"]["pair"] in pairs)
+                    and (not splits or r["key"]["split"] in splits)
+                ),
+                progress=not args.quiet,
+            )
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
-            print(f"{root}: {out['retimed']} records timed again on this machine, priced by its calibrations of "
-                  f"this run ({made}); {out['skipped']} skipped (retimed already, or not chosen)")
+            print(
+                f"{root}: {out['retimed']} records timed again on this machine, priced by its calibrations of "
+                f"this run ({made}); {out['skipped']} skipped (retimed already, or not chosen)"
+            )
             for name in out["differ"]:
-                print(f"{root}: {name}: batch-1 outputs differ from the record's; left as it was", file=sys.stderr)
+                print(
+                    f"{root}: {name}: batch-1 outputs differ from the record's; left as it was",
+                    file=sys.stderr,
+                )
             if out["differ"]:
                 return 1
         if args.unused or args.prune:
@@ -156,22 +204,35 @@ def _registry(args) -> int:
     return 0
 
 
-CALIBRATE_PARAMS = ("device", "threads", "n", "batch_n", "batch_sizes", "max_new_tokens", "lengths", "ms", "prefixes",
-                    "random_weights", "warmup")
+CALIBRATE_PARAMS = (
+    "device",
+    "threads",
+    "n",
+    "batch_n",
+    "batch_sizes",
+    "max_new_tokens",
+    "lengths",
+    "ms",
+    "prefixes",
+    "random_weights",
+    "warmup",
+)
 
 
 def _calibrate(args) -> int:
     import yaml
 
-    from .study import runner
     from .harness.calibrate import calibrate
-    from .world.models import PAPER_PAIRS, TOY_PAIRS
+    from .study import runner
     from .study.params import ParameterError
+    from .world.models import PAPER_PAIRS, TOY_PAIRS
 
     kwargs = {}
     for name, value in args.param or []:
         if name not in CALIBRATE_PARAMS:
-            raise ParameterError(f"-p {name}: unknown; bildlab calibrate takes {', '.join(CALIBRATE_PARAMS)}")
+            raise ParameterError(
+                f"-p {name}: unknown; bildlab calibrate takes {', '.join(CALIBRATE_PARAMS)}"
+            )
         try:
             kwargs[name] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -181,15 +242,20 @@ def _calibrate(args) -> int:
         runner.use_root(runner.find_root(args.root))
         args.registry = str(runner.ROOT / "results" / args.profile)
     kwargs.setdefault("device", "cuda" if args.profile == "paper" and _cuda() else "cpu")
-    measured: dict = {}  # random-weight paper pairs of one geometry (XSum and CNN/DM; IWSLT and WMT): measured once
+    # random-weight paper pairs of one geometry (XSum and CNN/DM; IWSLT and WMT): measured once
+    measured: dict = {}
     for pair in pairs:
-        from .world.models import PAPER_GEOMETRY
         from .harness.registry import Registry
+        from .world.models import PAPER_GEOMETRY
 
         same = measured.get(PAPER_GEOMETRY.get(pair))
         try:
             if same is not None and same["weights"] == "random":
-                cal = {**same, "key": {**same["key"], "pair": pair}, "measured_as": same["key"]["pair"]}
+                cal = {
+                    **same,
+                    "key": {**same["key"], "pair": pair},
+                    "measured_as": same["key"]["pair"],
+                }
                 Registry(args.registry).put_calibration(cal)
             else:
                 cal = calibrate(pair, registry=args.registry, progress=not args.quiet, **kwargs)
@@ -207,37 +273,49 @@ def _cuda() -> bool:
 
 
 def describe(cal: dict) -> str:
-    """A calibration in a few lines: the machine, each cost (ms) with its interval, the batch gain, the check."""
+    """A calibration in a few lines: the machine, each cost (ms) with its interval, the batch gain,
+    the check."""
     k, c = cal["key"], cal["costs"]
 
     def ms(v, ci):
         return f"{1e3 * v:.3f} ms [{1e3 * ci[0]:.3f}, {1e3 * ci[1]:.3f}]"
 
     lp = c["large_pass"]
-    lines = [f"calibration of {k['pair']} on {k['device_name']} ({k['processor']}), {k['threads']} thread(s), "
-             f"{cal['weights']} weights, {cal['seconds']:.0f} s: {cal['made']}"]
+    lines = [
+        f"calibration of {k['pair']} on {k['device_name']} ({k['processor']}), {k['threads']} thread(s), "
+        f"{cal['weights']} weights, {cal['seconds']:.0f} s: {cal['made']}"
+    ]
     for j, p in enumerate(lp["prefix"]):
         cells = ", ".join(f"m={m}: {1e3 * s:.3f}" for m, s in zip(lp["m"], lp["seconds"][j]))
         lines.append(f"  large pass over m tokens after {p} cached (ms): {cells}")
     lines.append(f"  large one-token pass: {ms(lp['seconds'][0][0], lp['ci'][0][0])}")
     for name, s in [("small", c["small_step"]), *c["drafts"].items()]:
-        lines.append(f"  {name} draft step: {ms(s['seconds'][0], s['ci'][0])}; c = "
-                     f"{s['seconds'][0] / lp['seconds'][0][0]:.3f}")
+        lines.append(
+            f"  {name} draft step: {ms(s['seconds'][0], s['ci'][0])}; c = "
+            f"{s['seconds'][0] / lp['seconds'][0][0]:.3f}"
+        )
     v = c["vanilla_decode"]
-    lines.append(f"  vanilla decode: {ms(v['seconds'], v['ci'])} for {v['tokens']:.1f} tokens (N = {v['n']})")
+    lines.append(
+        f"  vanilla decode: {ms(v['seconds'], v['ci'])} for {v['tokens']:.1f} tokens (N = {v['n']})"
+    )
     g = c["batch_gain"]
-    lines.append("  batch gain: " + ", ".join(f"{gain:.1f}x [{ci[0]:.1f}, {ci[1]:.1f}] at {b} rows"
-                                              for b, gain, ci in zip(g["batch_sizes"], g["gain"], g["ci"]))
-                 + f"; batched = batch-1 outputs: {cal['batched_identical']['identical']}/"
-                   f"{cal['batched_identical']['n']}")
+    lines.append(
+        "  batch gain: "
+        + ", ".join(
+            f"{gain:.1f}x [{ci[0]:.1f}, {ci[1]:.1f}] at {b} rows"
+            for b, gain, ci in zip(g["batch_sizes"], g["gain"], g["ci"])
+        )
+        + f"; batched = batch-1 outputs: {cal['batched_identical']['identical']}/"
+        f"{cal['batched_identical']['n']}"
+    )
     return "\n".join(lines)
 
 
 def _check_machine(profile: str, notebooks: list[str] | None, extra: dict) -> None:
-    """check_params' device check, before the imports that take most of a failing run's time (papermill and
-    transformers, about 10 s on 2 cores): the device and executor each chosen notebook gets from the profile, the
-    parameter file and -p (`extra`; a notebook's own default is "cpu", "local"; every parameter is checked again in
-    full)."""
+    """check_params' device check, before the imports that take most of a failing run's time
+    (papermill and transformers, about 10 s on 2 cores): the device and executor each chosen
+    notebook gets from the profile, the parameter file and -p (`extra`; a notebook's own default is
+    "cpu", "local"; every parameter is checked again in full)."""
     from .study.params import check_device
     from .study.runner import notebook_names, profile_params
 
@@ -262,84 +340,189 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .study.params import ParameterError
 
-    ap = argparse.ArgumentParser(prog="bildlab", description="Big Little Decoder and speculative decoding study")
+    ap = argparse.ArgumentParser(
+        prog="bildlab", description="Big Little Decoder and speculative decoding study"
+    )
     sub = ap.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="decode a few inputs with every method and print the statistics")
-    demo.add_argument("--pair", default="toy-mt",
-                      help="a pair name (default toy-mt, from the zoo shipped in the package) or 'random' (a tiny "
-                           "random T5 pair: engine overhead only, its small model is never confident)")
+    demo = sub.add_parser(
+        "demo", help="decode a few inputs with every method and print the statistics"
+    )
+    demo.add_argument(
+        "--pair",
+        default="toy-mt",
+        help="a pair name (default toy-mt, from the zoo shipped in the package) or 'random' (a tiny "
+        "random T5 pair: engine overhead only, its small model is never confident)",
+    )
     demo.add_argument("--n", type=_positive, default=20, help="inputs to time (default 20)")
     demo.add_argument("--max-new-tokens", type=int, default=32)
     demo.add_argument("--threads", type=int, default=1)
     demo.set_defaults(run=_demo)
-    zoo = sub.add_parser("zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)")
-    zoo.add_argument("--out", default=None, help="output folder (default: bildlab/toy/_zoo, the zoo the package ships)")
-    zoo.add_argument("--profile", default="full", choices=("full", "smoke"),
-                     help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature")
+    zoo = sub.add_parser(
+        "zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)"
+    )
+    zoo.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: bildlab/toy/_zoo, the zoo the package ships)",
+    )
+    zoo.add_argument(
+        "--profile",
+        default="full",
+        choices=("full", "smoke"),
+        help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature",
+    )
     zoo.add_argument("--seed", type=int, default=0)
-    zoo.add_argument("--jobs", type=int, default=1, choices=(1, 2),
-                     help="2: train the Llama pair and the small T5 in a second process, beside the large T5")
-    zoo.add_argument("--stage", action="append", default=None, help=argparse.SUPPRESS)  # the second process's stages
+    zoo.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="2: train the Llama pair and the small T5 in a second process, beside the large T5",
+    )
+    # the second process's stages
+    zoo.add_argument("--stage", action="append", default=None, help=argparse.SUPPRESS)
     zoo.add_argument("--force", action="store_true", help="delete the output folder first")
     zoo.set_defaults(run=_zoo)
-    study = sub.add_parser("study", help="run the study notebooks through papermill into a run folder")
-    study.add_argument("--profile", default="toy", choices=("toy", "paper"),
-                       help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box")
-    study.add_argument("--root", default=None, metavar="CHECKOUT",
-                       help="the study checkout (notebooks/, params/); default $BILDLAB_ROOT, else the current "
-                            "folder or the first above it that holds one")
-    study.add_argument("--notebook", action="append", metavar="NOTEBOOK",
-                       help="run only this notebook (name without .ipynb); repeatable")
-    study.add_argument("--plan", action="store_true",
-                       help="print the sweeps, the decodes still to run and an estimate of the hours; run nothing")
+    study = sub.add_parser(
+        "study", help="run the study notebooks through papermill into a run folder"
+    )
+    study.add_argument(
+        "--profile",
+        default="toy",
+        choices=("toy", "paper"),
+        help="toy: the stored (fast, offline) defaults; paper: params/paper/*.yaml on a GPU box",
+    )
+    study.add_argument(
+        "--root",
+        default=None,
+        metavar="CHECKOUT",
+        help="the study checkout (notebooks/, params/); default $BILDLAB_ROOT, else the current "
+        "folder or the first above it that holds one",
+    )
+    study.add_argument(
+        "--notebook",
+        action="append",
+        metavar="NOTEBOOK",
+        help="run only this notebook (name without .ipynb); repeatable",
+    )
+    study.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the sweeps, the decodes still to run and an estimate of the hours; run nothing",
+    )
     study.add_argument("--out", default=None, help="run folder (default: runs/<profile>)")
-    study.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                       help="override a parameter in every chosen notebook (YAML value), like papermill -p")
-    study.add_argument("--params", default=None, type=_file,
-                       help="a YAML file of parameters for every chosen notebook")
-    study.add_argument("--verbose", action="store_true",
-                       help="on a failed notebook, print the failing cell's traceback too (default: one line)")
-    study.add_argument("--recompute", action="store_true",
-                       help="recompute the records that other library versions made (default: replay them)")
+    study.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="override a parameter in every chosen notebook (YAML value), like papermill -p",
+    )
+    study.add_argument(
+        "--params",
+        default=None,
+        type=_file,
+        help="a YAML file of parameters for every chosen notebook",
+    )
+    study.add_argument(
+        "--verbose",
+        action="store_true",
+        help="on a failed notebook, print the failing cell's traceback too (default: one line)",
+    )
+    study.add_argument(
+        "--recompute",
+        action="store_true",
+        help="recompute the records that other library versions made (default: replay them)",
+    )
     study.set_defaults(run=_study, parser=study)
-    cal = sub.add_parser("calibrate", help="measure what each decoding call costs on this machine (a calibration "
-                                           "record in the registry: the plan and the records' predictions use it)")
-    cal.add_argument("--pair", action="append", help="a pair (repeatable; default every pair of the profile)")
-    cal.add_argument("--profile", default="toy", choices=("toy", "paper"),
-                     help="toy: the toy pairs on this CPU; paper: the paper's pairs (on a GPU when there is one; "
-                          "random weights at the checkpoints' sizes where the checkpoints cannot be read)")
-    cal.add_argument("--registry", default=None, help="registry folder (default results/<profile> of the study)")
-    cal.add_argument("--root", default=None, metavar="CHECKOUT", help="the study checkout (as for bildlab study)")
-    cal.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                     help=f"a calibration parameter (YAML value): {', '.join(CALIBRATE_PARAMS)}")
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure what each decoding call costs on this machine (a calibration "
+        "record in the registry: the plan and the records' predictions use it)",
+    )
+    cal.add_argument(
+        "--pair", action="append", help="a pair (repeatable; default every pair of the profile)"
+    )
+    cal.add_argument(
+        "--profile",
+        default="toy",
+        choices=("toy", "paper"),
+        help="toy: the toy pairs on this CPU; paper: the paper's pairs (on a GPU when there is one; "
+        "random weights at the checkpoints' sizes where the checkpoints cannot be read)",
+    )
+    cal.add_argument(
+        "--registry", default=None, help="registry folder (default results/<profile> of the study)"
+    )
+    cal.add_argument(
+        "--root", default=None, metavar="CHECKOUT", help="the study checkout (as for bildlab study)"
+    )
+    cal.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help=f"a calibration parameter (YAML value): {', '.join(CALIBRATE_PARAMS)}",
+    )
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     cal.set_defaults(run=_calibrate)
     registry = sub.add_parser("registry", help="look after a results registry")
-    registry.add_argument("root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)")
+    registry.add_argument(
+        "root", nargs="*", default=["results/toy"], help="registry folders (default: results/toy)"
+    )
     what = registry.add_mutually_exclusive_group(required=True)
-    what.add_argument("--migrate", action="store_true",
-                      help="move records keyed by library versions (bildlab <= 0.2) to keys without them")
-    what.add_argument("--unused", action="store_true",
-                      help="list the records that no notebook with its stored parameters reads")
-    what.add_argument("--prune", action="store_true", help="remove those records (listed as they go)")
-    what.add_argument("--compact", action="store_true",
-                      help="rewrite every record in the current storage (same values, fewer bytes)")
-    what.add_argument("--recount", action="store_true",
-                      help="count the mechanism of records counted on their timed sample only on every example "
-                           "(their outputs computed again in batches and checked against the stored ones)")
-    what.add_argument("--retime", action="store_true",
-                      help="time every sweep again on this machine, after a calibration of it in the same run (the "
-                           "outputs checked against the stored ones; resumes an interrupted retime)")
-    registry.add_argument("--pair", action="append", help="--retime: only this pair's records (repeatable)")
-    registry.add_argument("--split", action="append", help="--retime: only this split's records (repeatable)")
-    registry.add_argument("--quiet", action="store_true", help="no progress bar (--recount, --retime)")
-    registry.add_argument("--profile", default="toy", choices=("toy", "paper"),
-                          help="the notebooks' parameters that --unused and --prune read with (default: toy)")
+    what.add_argument(
+        "--migrate",
+        action="store_true",
+        help="move records keyed by library versions (bildlab <= 0.2) to keys without them",
+    )
+    what.add_argument(
+        "--unused",
+        action="store_true",
+        help="list the records that no notebook with its stored parameters reads",
+    )
+    what.add_argument(
+        "--prune", action="store_true", help="remove those records (listed as they go)"
+    )
+    what.add_argument(
+        "--compact",
+        action="store_true",
+        help="rewrite every record in the current storage (same values, fewer bytes)",
+    )
+    what.add_argument(
+        "--recount",
+        action="store_true",
+        help="count the mechanism of records counted on their timed sample only on every example "
+        "(their outputs computed again in batches and checked against the stored ones)",
+    )
+    what.add_argument(
+        "--retime",
+        action="store_true",
+        help="time every sweep again on this machine, after a calibration of it in the same run (the "
+        "outputs checked against the stored ones; resumes an interrupted retime)",
+    )
+    registry.add_argument(
+        "--pair", action="append", help="--retime: only this pair's records (repeatable)"
+    )
+    registry.add_argument(
+        "--split", action="append", help="--retime: only this split's records (repeatable)"
+    )
+    registry.add_argument(
+        "--quiet", action="store_true", help="no progress bar (--recount, --retime)"
+    )
+    registry.add_argument(
+        "--profile",
+        default="toy",
+        choices=("toy", "paper"),
+        help="the notebooks' parameters that --unused and --prune read with (default: toy)",
+    )
     registry.set_defaults(run=_registry)
     args = ap.parse_args(argv)
     try:
         return args.run(args)
-    except ParameterError as e:  # a bad parameter or machine, found before anything ran: one line, like argparse's
+    # a bad parameter or machine, found before anything ran: one line, like argparse's
+    except ParameterError as e:
         print(f"{ap.prog} {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,5 +1,6 @@
-"""Batched exact decoding: `generate_batch` equals `generate` token for token, and its statistics equal the engine's
-where the lockstep trace gives them exactly (the others are named in stats['inexact'])."""
+"""Batched exact decoding: `generate_batch` equals `generate` token for token, and its statistics
+equal the engine's where the lockstep trace gives them exactly (the others are named in
+stats['inexact'])."""
 
 import pytest
 import torch
@@ -11,17 +12,28 @@ from bildlab.engine.batch import BRANCH, TIMINGS, generate_batch
 from bildlab.engine.early_exit import exit_draft
 
 N_NEW = 8
-MODELS = {"gpt2": (21, 2.0), "llama": (22, 2.0), "t5": (21, 0.7), "bart": (28, 2.0)}  # (seed, scale): varied outputs
-LENGTHS = (7, 2, 9, 4)  # inputs of different lengths, not in order (rows are sorted, outputs come back in input order)
-# (draft, policy): random and identical drafts, perturbed drafts that agree on some tokens, the large model's early
-# exit; both rollback rules; fallback / rollback of 0, 1 and inf; the N-limit
+# (seed, scale): varied outputs
+MODELS = {"gpt2": (21, 2.0), "llama": (22, 2.0), "t5": (21, 0.7), "bart": (28, 2.0)}
+# inputs of different lengths, not in order (rows are sorted, outputs come back in input order)
+LENGTHS = (7, 2, 9, 4)
+# (draft, policy): random and identical drafts, perturbed drafts that agree on some tokens, the
+# large model's early exit; both rollback rules; fallback / rollback of 0, 1 and inf; the N-limit
 POLICIES = [
     ("random", dict(method="greedy")),
     ("self", dict(method="speculative", k=4)),
     ("perturbed", dict(method="speculative", k=2)),
     ("exit", dict(method="speculative", k=3)),
     ("perturbed", dict(method="bild", fallback=0.3, rollback=1.0)),
-    ("perturbed", dict(method="bild", fallback=0.5, rollback=0.5, max_small_steps=3, rollback_rule="first-above")),
+    (
+        "perturbed",
+        dict(
+            method="bild",
+            fallback=0.5,
+            rollback=0.5,
+            max_small_steps=3,
+            rollback_rule="first-above",
+        ),
+    ),
     ("exit", dict(method="bild", fallback=0.2, rollback=2.0, rollback_rule="first-above")),
     ("random", dict(method="bild", fallback=0.0, rollback=float("inf"))),
     ("random", dict(method="bild", fallback=0.4, rollback=0.0)),
@@ -37,13 +49,21 @@ def prompt(seed: int, n: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def pairs():
-    """Per architecture: a large model with sharp distributions (the small model is often confident) and its drafts."""
+    """Per architecture: a large model with sharp distributions (the small model is often confident)
+    and its drafts."""
     zoo = {}
     for i, arch in enumerate(ARCHS):
         seed, scale = MODELS[arch]
         large = tiny(arch, seed=seed, scale=scale)
-        zoo[arch] = large, {"random": tiny(arch, seed=50 + i, layers=1, scale=2.0),
-                            "perturbed": perturbed(large, 0.3, seed=5), "self": large, "exit": exit_draft(large, 1)}
+        zoo[arch] = (
+            large,
+            {
+                "random": tiny(arch, seed=50 + i, layers=1, scale=2.0),
+                "perturbed": perturbed(large, 0.3, seed=5),
+                "self": large,
+                "exit": exit_draft(large, 1),
+            },
+        )
     return zoo
 
 
@@ -53,7 +73,8 @@ def new_at(tokens: list[int], at: int) -> int | None:
 
 
 def eos_ids(outs: list[list[int]]) -> list[int]:
-    """EOS ids that end one output with its last token (at the budget) and, where one can, another one inside."""
+    """EOS ids that end one output with its last token (at the budget) and, where one can, another
+    one inside."""
     last = next(([t] for out in outs if (t := new_at(out, N_NEW - 1)) is not None), [])
     ends_last = next((out for out in outs if last and out[-1] == last[0]), [])
     inside = [t for out in outs for j in range(2, N_NEW - 2) if (t := new_at(out, j)) is not None]
@@ -61,8 +82,9 @@ def eos_ids(outs: list[list[int]]) -> list[int]:
 
 
 def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
-    """generate_batch against generate: the same tokens, and the same value for every count it gives; BiLD's tokens
-    also against the plain rewrite of the algorithm (tests/reference.py), which shares no code with either."""
+    """generate_batch against generate: the same tokens, and the same value for every count it
+    gives; BiLD's tokens also against the plain rewrite of the algorithm (tests/reference.py), which
+    shares no code with either."""
     outs = generate_batch(large, xs, batch_size=batch_size, **kw)
     assert len(outs) == len(xs)
     tokens = []
@@ -70,18 +92,29 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
         ref = bildlab.generate(large, x, **kw)
         assert out.tokens == ref.tokens, (kw, batch_size)
         if kw["method"] == "bild":
-            plain = reference_bild(large, kw["small"], x, kw["max_new_tokens"], kw.get("fallback", 0.6),
-                                   kw.get("rollback", 5.0), kw.get("max_small_steps", 10), kw["eos_token_id"],
-                                   rule=kw.get("rollback_rule", "first-differing"))
+            plain = reference_bild(
+                large,
+                kw["small"],
+                x,
+                kw["max_new_tokens"],
+                kw.get("fallback", 0.6),
+                kw.get("rollback", 5.0),
+                kw.get("max_small_steps", 10),
+                kw["eos_token_id"],
+                rule=kw.get("rollback_rule", "first-differing"),
+            )
             assert out.tokens == plain, (kw, batch_size)
             seen["plain"] = seen.get("plain", 0) + 1
         inexact = out.stats.pop("inexact")
         assert sorted([*out.stats, *inexact]) == sorted(ref.stats)
         assert out.stats == {key: ref.stats[key] for key in out.stats}, (kw, batch_size)
-        assert inexact == (list(BRANCH) if kw["method"] == "bild" and ref.stats["rollbacks"] else []) + list(TIMINGS)
+        assert inexact == (
+            list(BRANCH) if kw["method"] == "bild" and ref.stats["rollbacks"] else []
+        ) + list(TIMINGS)
         for key in ("fallbacks", "rollbacks", "small_tokens", "drafts"):
             seen[key] += ref.stats[key]
-        seen["accepted_at_2"] += sum(ref.stats["accepted_at"][1:2])  # a draft's second token accepted, counted alike
+        # a draft's second token accepted, counted alike
+        seen["accepted_at_2"] += sum(ref.stats["accepted_at"][1:2])
         seen["inexact"] += len(inexact) > len(TIMINGS)
         tokens.append(ref.tokens)
     return tokens
@@ -91,8 +124,17 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
 def test_generate_batch_equals_generate(pairs, arch):
     large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
-    seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, drafts=0, accepted_at_2=0, inexact=0, eos_inside=0,
-                eos_at_budget=0, plain=0)
+    seen = dict(
+        fallbacks=0,
+        rollbacks=0,
+        small_tokens=0,
+        drafts=0,
+        accepted_at_2=0,
+        inexact=0,
+        eos_inside=0,
+        eos_at_budget=0,
+        plain=0,
+    )
     for i, (draft, policy) in enumerate(POLICIES):
         kw = dict(small=drafts[draft], max_new_tokens=N_NEW, **policy)
         outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)
@@ -110,9 +152,20 @@ def test_budgets_of_a_few_tokens(pairs, arch):
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS[:3])]
     seen = dict(fallbacks=0, rollbacks=0, small_tokens=0, drafts=0, accepted_at_2=0, inexact=0)
     for budget in (0, 1, 2, 3):
-        for draft, policy in (("self", dict(method="speculative", k=2)),
-                              ("perturbed", dict(method="bild", fallback=0.0, rollback=1.0))):
-            compare(large, xs, 2, seen, small=drafts[draft], max_new_tokens=budget, eos_token_id=[], **policy)
+        for draft, policy in (
+            ("self", dict(method="speculative", k=2)),
+            ("perturbed", dict(method="bild", fallback=0.0, rollback=1.0)),
+        ):
+            compare(
+                large,
+                xs,
+                2,
+                seen,
+                small=drafts[draft],
+                max_new_tokens=budget,
+                eos_token_id=[],
+                **policy,
+            )
     assert seen["small_tokens"] > 0
 
 
@@ -121,18 +174,21 @@ def test_rows_are_sorted_by_length_and_finished_rows_leave_the_batch(pairs, arch
     large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
     full = [bildlab.generate(large, x, max_new_tokens=N_NEW, eos_token_id=[]).tokens for x in xs]
-    eos = next(t for j in (3, 2, 1, 0) if (t := new_at(full[3], j)) is not None)  # a row stops early
+    # a row stops early
+    eos = next(t for j in (3, 2, 1, 0) if (t := new_at(full[3], j)) is not None)
     stops = [next((j + 1 for j, t in enumerate(f) if t == eos), N_NEW) for f in full]
     rows, calls = [], []
     model = large.get_decoder() if large.config.is_encoder_decoder else large
-    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
-                                           with_kwargs=True)
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     try:
         outs = generate_batch(large, xs, batch_size=2, max_new_tokens=N_NEW, eos_token_id=eos)
     finally:
         hook.remove()
     assert [o.tokens for o in outs] == [f[:s] for f, s in zip(full, stops)]
-    # two batches: the inputs of length 2 and 4, then 7 and 9 (decoder-only prompts left-padded to the longest)
+    # two batches: the inputs of length 2 and 4, then 7 and 9 (decoder-only prompts left-padded to
+    # the longest)
     first = sorted(stops[i] for i in (1, 3))
     second = sorted(stops[i] for i in (0, 2))
     for batch, lengths in ((first, (2, 4)), (second, (7, 9))):
@@ -148,7 +204,11 @@ def test_sampling_is_refused_and_bad_arguments_fail_fast(pairs):
     x = prompt(0, 3)
     cases = [
         (dict(method="sample"), ValueError, ["random stream", "generate"]),
-        (dict(method="speculative", do_sample=True), ValueError, ["random stream", "do_sample=True"]),
+        (
+            dict(method="speculative", do_sample=True),
+            ValueError,
+            ["random stream", "do_sample=True"],
+        ),
         (dict(batch_size=0), ValueError, ["batch_size", ">= 1"]),
         (dict(batch_size=2.0), ValueError, ["batch_size", ">= 1"]),
         (dict(method="beam"), ValueError, ["method", "'bild'"]),
@@ -157,7 +217,11 @@ def test_sampling_is_refused_and_bad_arguments_fail_fast(pairs):
         (dict(method="bild", rollback_rule="paper"), ValueError, ["rollback_rule"]),
         (dict(inputs=x), TypeError, ["inputs", "list"]),
         (dict(inputs=[x, [[1, 2]]]), TypeError, ["inputs[1]", "input_ids", "LongTensor"]),
-        (dict(inputs=[x, torch.ones((2, 3), dtype=torch.long)]), ValueError, ["inputs[1]", "batch size 2"]),
+        (
+            dict(inputs=[x, torch.ones((2, 3), dtype=torch.long)]),
+            ValueError,
+            ["inputs[1]", "batch size 2"],
+        ),
     ]
     try:
         for kw, error, words in cases:

@@ -1,15 +1,16 @@
-"""The calibration of a machine (bildlab.harness.calibrate): positive costs with intervals, within its time budget, found
-again for the same machine only; the plan prices from it; errors name their parameter."""
+"""The calibration of a machine (bildlab.harness.calibrate): positive costs with intervals, within
+its time budget, found again for the same machine only; the plan prices from it; errors name their
+parameter."""
 
 import copy
 import json
 
 import pytest
 
-from bildlab.harness import calibrate, shard
-from bildlab.study import plan
 from bildlab.cli import main
+from bildlab.harness import calibrate, shard
 from bildlab.harness.registry import Registry
+from bildlab.study import plan
 
 
 def _positive_with_intervals(cal: dict) -> None:
@@ -27,11 +28,14 @@ def _positive_with_intervals(cal: dict) -> None:
 
 
 def test_a_small_toy_calibration_is_positive_found_for_this_machine_only(tmp_path):
-    cal = calibrate.calibrate("toy-mt", n=3, batch_n=4, batch_sizes=[4], ms=(1, 2, 3), prefixes=(0, 8),
-                              registry=tmp_path)
+    cal = calibrate.calibrate(
+        "toy-mt", n=3, batch_n=4, batch_sizes=[4], ms=(1, 2, 3), prefixes=(0, 8), registry=tmp_path
+    )
     _positive_with_intervals(cal)
-    assert set(cal["costs"]["drafts"]) == {"aligned", "early-exit"}  # every draft of the toy T5 pair
-    assert cal["batched_identical"] == {"n": 4, "identical": 4}  # batched outputs equal batch-1 ones here
+    # every draft of the toy T5 pair
+    assert set(cal["costs"]["drafts"]) == {"aligned", "early-exit"}
+    # batched outputs equal batch-1 ones here
+    assert cal["batched_identical"] == {"n": 4, "identical": 4}
     assert cal["key"]["processor"] == shard.processor() and cal["key"]["threads"] == 1
     assert calibrate.for_machine(tmp_path, "toy-mt") == json.loads(json.dumps(cal))
     assert calibrate.for_machine(tmp_path, "toy-sum") is None
@@ -54,15 +58,28 @@ def test_a_toy_calibration_with_the_defaults_finishes_within_its_budget(tmp_path
 
 @pytest.mark.slow
 def test_the_paper_calibration_runs_at_the_paper_sizes_on_a_cpu(tmp_path, capsys):
-    """T5-large and T5-small with random weights (no checkpoint here), the CPU's small sample of the same calls."""
-    argv = ["calibrate", "--profile", "paper", "--pair", "xsum", "--registry", str(tmp_path), "--quiet",
-            "-p", "device", "cpu"]
+    """T5-large and T5-small with random weights (no checkpoint here), the CPU's small sample of the
+    same calls."""
+    argv = [
+        "calibrate",
+        "--profile",
+        "paper",
+        "--pair",
+        "xsum",
+        "--registry",
+        str(tmp_path),
+        "--quiet",
+        "-p",
+        "device",
+        "cpu",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("calibration of xsum on cpu") and "random weights" in out
     (cal,) = Registry(tmp_path).calibrations()
     assert cal["weights"] == "random" and cal["encoder_decoder"] is True
-    assert cal["costs"]["large_pass"]["m"] == list(range(1, 12))  # every pass size the study's policies make
+    # every pass size the study's policies make
+    assert cal["costs"]["large_pass"]["m"] == list(range(1, 12))
     _positive_with_intervals(cal)
 
 
@@ -81,23 +98,45 @@ def test_calibrate_checks_its_arguments():
 
 
 def test_the_plan_prices_from_a_calibration_of_this_device(tmp_path):
-    """With a calibration of toy-mt on this machine in the registry, the plan's toy-mt sweeps cost its vanilla decode
-    and batch gain, and its first line says so; the other pairs keep the stated constants."""
+    """With a calibration of toy-mt on this machine in the registry, the plan's toy-mt sweeps cost
+    its vanilla decode and batch gain, and its first line says so; the other pairs keep the stated
+    constants."""
     before = plan.plan("toy", ["rq1_small_writes_most"], {"registry": str(tmp_path)})
-    assert plan.costs_line(before) == "costs: stated constants; no calibration of this device (bildlab calibrate)"
+    assert (
+        plan.costs_line(before)
+        == "costs: stated constants; no calibration of this device (bildlab calibrate)"
+    )
     machine = shard.machine("cpu")
-    cal = {"key": {"kind": "calibration", "pair": "toy-mt", "device": "cpu", "device_name": machine["device_name"],
-                   "processor": machine["processor"], "threads": 1}, "made": "2026-12-03T00:00:00Z",
-           "costs": {"vanilla_decode": {"seconds": 0.5}, "batch_gain": {"batch_sizes": [64, 256], "gain": [4.0, 8.0]},
-                     "large_pass": {"m": [1, 2], "prefix": [0], "seconds": [[0.01, 0.012]]},
-                     "small_step": {"prefix": [0], "seconds": [0.002]}}}
+    cal = {
+        "key": {
+            "kind": "calibration",
+            "pair": "toy-mt",
+            "device": "cpu",
+            "device_name": machine["device_name"],
+            "processor": machine["processor"],
+            "threads": 1,
+        },
+        "made": "2026-12-03T00:00:00Z",
+        "costs": {
+            "vanilla_decode": {"seconds": 0.5},
+            "batch_gain": {"batch_sizes": [64, 256], "gain": [4.0, 8.0]},
+            "large_pass": {"m": [1, 2], "prefix": [0], "seconds": [[0.01, 0.012]]},
+            "small_step": {"prefix": [0], "seconds": [0.002]},
+        },
+    }
     Registry(tmp_path).put_calibration(cal)
     after = plan.plan("toy", ["rq1_small_writes_most"], {"registry": str(tmp_path)})
-    assert plan.costs_line(after).startswith("costs: calibration cpu (") and "stated constants for the pairs" in \
-        plan.costs_line(after)
+    assert plan.costs_line(after).startswith(
+        "costs: calibration cpu ("
+    ) and "stated constants for the pairs" in plan.costs_line(after)
     for b, a in zip(before[0]["sweeps_detail"], after[0]["sweeps_detail"]):
         if a["pair"] == "toy-mt":
-            assert a["prices"] == {"seconds": 0.5, "c": 0.2, "gain": 8.0, "source": a["prices"]["source"]}
+            assert a["prices"] == {
+                "seconds": 0.5,
+                "c": 0.2,
+                "gain": 8.0,
+                "source": a["prices"]["source"],
+            }
             assert a["decodes"] == b["decodes"] > 0
         else:
             assert a["prices"] == b["prices"] and a["prices"]["source"] is None

@@ -1,6 +1,6 @@
-"""The Ray executor: a sweep fanned out in shards over Ray tasks gives the records of a local run, survives a killed
-worker and resumes from its finished shards. The Ray tests share one local Ray runtime on 2 CPUs and skip where
-the `ray` extra is not installed."""
+"""The Ray executor: a sweep fanned out in shards over Ray tasks gives the records of a local run,
+survives a killed worker and resumes from its finished shards. The Ray tests share one local Ray
+runtime on 2 CPUs and skip where the `ray` extra is not installed."""
 
 import json
 import os
@@ -11,24 +11,29 @@ import time
 
 import pytest
 
-from bildlab.measure import costs
-from bildlab.harness import distributed
-from bildlab.world import tasks
-from bildlab.harness import evaluate as ev
-from bildlab.harness import shard
 from bildlab.engine import timing
+from bildlab.harness import distributed, shard
+from bildlab.harness import evaluate as ev
 from bildlab.harness.registry import Registry
+from bildlab.measure import costs
 from bildlab.measure.summary import summarize
+from bildlab.world import tasks
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
-GRID = [{"method": "speculative", "k": 3}, {"fallback": 0.5, "rollback": 2.0},
-        {"method": "speculative", "k": 2, "do_sample": True, "temperature": 1.0}]
-TASK = "_shard"  # the name of the Ray task that times a shard (its worker's process title is "ray::_shard")
+GRID = [
+    {"method": "speculative", "k": 3},
+    {"fallback": 0.5, "rollback": 2.0},
+    {"method": "speculative", "k": 2, "do_sample": True, "temperature": 1.0},
+]
+# the name of the Ray task that times a shard (its worker's process title is "ray::_shard")
+TASK = "_shard"
 
 
 @pytest.fixture(scope="module")
 def ray_runtime():
-    ray = pytest.importorskip("ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"')
+    ray = pytest.importorskip(
+        "ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"'
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
@@ -39,7 +44,9 @@ def untimed(record: dict) -> dict:
     r = json.loads(json.dumps(record))
     del r["machines"]
     r.pop("batching", None)  # how many batches a device's memory made of the outputs
-    r["summary"] = {k: v for k, v in r["summary"].items() if "speedup" not in k and "per_second" not in k}
+    r["summary"] = {
+        k: v for k, v in r["summary"].items() if "speedup" not in k and "per_second" not in k
+    }
     for e in r["examples"]:
         for k in ("seconds", "baseline_seconds", "hf_seconds", "machine"):
             del e[k]
@@ -60,23 +67,34 @@ def submitted(monkeypatch) -> list:
     return parts
 
 
-def test_a_ray_sweep_in_shards_gives_the_records_of_a_local_run(ray_runtime, fake_zoo, tmp_path, monkeypatch):
+def test_a_ray_sweep_in_shards_gives_the_records_of_a_local_run(
+    ray_runtime, fake_zoo, tmp_path, monkeypatch
+):
     local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
     parts = submitted(monkeypatch)
     far = ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", shard_size=4, **FAST)
     assert parts == [[0, 1, 2, 3], [4, 5]]
-    assert [untimed(r) for r in far] == [untimed(r) for r in local]  # outputs, scores, token counts, identical...
+    # outputs, scores, token counts, identical...
+    assert [untimed(r) for r in far] == [untimed(r) for r in local]
     assert registry_files(tmp_path / "ray") == registry_files(tmp_path / "local")
     assert not (tmp_path / "ray" / ".partial").exists()
     references = [ex["target"] for ex in tasks.load_task("toy-mt", "test", limit=6)]
     for r in far:
-        assert [e["machine"] for e in r["examples"]] == [0] * 6 and r["machines"][0]["device"] == "cpu"
-        measured = {k: v for k, v in r["summary"].items() if k not in costs.FIELDS}  # no calibration: predicted None
-        assert measured == summarize(r["examples"], references, metric="bleu")  # intervals over all 6 examples
+        assert [e["machine"] for e in r["examples"]] == [0] * 6 and r["machines"][0][
+            "device"
+        ] == "cpu"
+        # no calibration: predicted None
+        measured = {k: v for k, v in r["summary"].items() if k not in costs.FIELDS}
+        # intervals over all 6 examples
+        assert measured == summarize(r["examples"], references, metric="bleu")
         assert all(r["summary"][k] is None for k in costs.FIELDS) and r["calibration"] is None
-        assert r["summary"]["speedup"] == pytest.approx(sum(e["baseline_seconds"] for e in r["examples"]) /
-                                                        sum(e["seconds"] for e in r["examples"]), rel=1e-3)
-    assert far[0]["summary"]["identical_count"] == 6  # greedy speculative decoding: lossless in every shard
+        assert r["summary"]["speedup"] == pytest.approx(
+            sum(e["baseline_seconds"] for e in r["examples"])
+            / sum(e["seconds"] for e in r["examples"]),
+            rel=1e-3,
+        )
+    # greedy speculative decoding: lossless in every shard
+    assert far[0]["summary"]["identical_count"] == 6
 
     # a rerun with either executor finds the records
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("the rerun recomputed"))
@@ -99,13 +117,19 @@ def _kill_a_shard(killed: list, stop: threading.Event):
         time.sleep(0.01)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker's process through /proc")
-def test_a_killed_worker_is_retried_and_the_registry_equals_an_uninterrupted_runs(ray_runtime, fake_zoo, tmp_path):
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="finds the worker's process through /proc"
+)
+def test_a_killed_worker_is_retried_and_the_registry_equals_an_uninterrupted_runs(
+    ray_runtime, fake_zoo, tmp_path
+):
     killed, stop = [], threading.Event()
     killer = threading.Thread(target=_kill_a_shard, args=(killed, stop))
     killer.start()
     try:
-        far = ev.sweep("toy-mt", GRID, registry=tmp_path / "ray", executor="ray", shard_size=2, **FAST)
+        far = ev.sweep(
+            "toy-mt", GRID, registry=tmp_path / "ray", executor="ray", shard_size=2, **FAST
+        )
     finally:
         stop.set()
         killer.join()
@@ -132,11 +156,14 @@ class StopAfterFirstShard(ev.Registry):
             raise KeyboardInterrupt
 
 
-def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_runtime, fake_zoo, tmp_path,
-                                                                          monkeypatch):
+def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(
+    ray_runtime, fake_zoo, tmp_path, monkeypatch
+):
     reg = tmp_path / "ray"
     with pytest.raises(KeyboardInterrupt):
-        ev.sweep("toy-mt", GRID, registry=StopAfterFirstShard(reg), executor="ray", shard_size=3, **FAST)
+        ev.sweep(
+            "toy-mt", GRID, registry=StopAfterFirstShard(reg), executor="ray", shard_size=3, **FAST
+        )
     assert not Registry(reg).files()  # no record, not even half of one
     (partial,) = reg.rglob(".partial/*.json")
     first = {int(i): row for i, row in json.loads(partial.read_text())["rows"].items()}
@@ -144,17 +171,20 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_shards(ray_ru
 
     parts = submitted(monkeypatch)
     runs = ev.sweep("toy-mt", GRID, registry=reg, executor="ray", shard_size=3, **FAST)
-    assert parts == [[i for i in range(6) if i not in first]]  # only the shard that had not finished
+    # only the shard that had not finished
+    assert parts == [[i for i in range(6) if i not in first]]
     for n, r in enumerate(runs):
         assert len(r["examples"]) == 6
         for i in first:  # the finished shard's timings are kept, not redone
-            assert r["examples"][i]["seconds"] == timing.ns(first[i][f"policy{n}"]["seconds"])  # to the ns
+            # to the ns
+            assert r["examples"][i]["seconds"] == timing.ns(first[i][f"policy{n}"]["seconds"])
     assert not (reg / ".partial").exists()
     local = ev.sweep("toy-mt", GRID, registry=tmp_path / "local", **FAST)
     assert [untimed(r) for r in runs] == [untimed(r) for r in local]
 
 
-SAMPLED = dict(FAST, timing_limit=3, batch_size=2)  # outputs of all 6 examples in batches, 3 of them timed
+# outputs of all 6 examples in batches, 3 of them timed
+SAMPLED = dict(FAST, timing_limit=3, batch_size=2)
 BATCHED = GRID[:2] + [{"method": "small"}]
 
 
@@ -163,35 +193,48 @@ def submitted_chunks(monkeypatch) -> list:
     parts, real = [], distributed.run_chunks
 
     def spy(spec, indices, *a, chunk_size=None, **kw):
-        parts.extend(list(indices[s:s + chunk_size]) for s in range(0, len(indices), chunk_size))
+        parts.extend(list(indices[s : s + chunk_size]) for s in range(0, len(indices), chunk_size))
         return real(spec, indices, *a, chunk_size=chunk_size, **kw)
+
     monkeypatch.setattr(distributed, "run_chunks", spy)
     return parts
 
 
-def test_a_ray_sweep_with_a_timed_sample_gives_the_records_of_a_local_run(ray_runtime, fake_zoo, tmp_path,
-                                                                         monkeypatch):
+def test_a_ray_sweep_with_a_timed_sample_gives_the_records_of_a_local_run(
+    ray_runtime, fake_zoo, tmp_path, monkeypatch
+):
     shard._OUTPUTS.clear()  # nothing computed before, in this process
     local = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "local", **SAMPLED)
     shard._OUTPUTS.clear()
     chunks, parts = submitted_chunks(monkeypatch), submitted(monkeypatch)
-    far = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "ray", executor="ray", chunk_size=4, shard_size=2,
-                   **SAMPLED)
+    far = ev.sweep(
+        "toy-mt",
+        BATCHED,
+        registry=tmp_path / "ray",
+        executor="ray",
+        chunk_size=4,
+        shard_size=2,
+        **SAMPLED,
+    )
     assert chunks == [[0, 1, 2, 3], [4, 5]]  # every example's outputs, in chunks of 4
     timed = ev.timed_indices(6, 3, 0)
-    assert parts == chunks + [timed[:2], timed[2:]]  # the outputs first, then the timed sample in shards of 2
+    # the outputs first, then the timed sample in shards of 2
+    assert parts == chunks + [timed[:2], timed[2:]]
     for r, q in zip(far, local):
         assert r["timed"] == q["timed"] == timed and r["timed_identical"] == 3
         assert [e["output"] for e in r["examples"]] == [e["output"] for e in q["examples"]]
         assert [e["seconds"] is None for e in r["examples"]] == [i not in timed for i in range(6)]
-        assert r["batching"]["policy"]["batches"] == 3 and q["batching"]["policy"]["batches"] == 3  # 2 rows each
-    assert [untimed(r) for r in far] == [untimed(r) for r in local]  # outputs, scores, token counts, identical...
+        # 2 rows each
+        assert r["batching"]["policy"]["batches"] == 3 and q["batching"]["policy"]["batches"] == 3
+    # outputs, scores, token counts, identical...
+    assert [untimed(r) for r in far] == [untimed(r) for r in local]
     assert registry_files(tmp_path / "ray") == registry_files(tmp_path / "local")
     assert not (tmp_path / "ray" / ".partial").exists()
 
 
 class StopAfterFirstChunk(StopAfterFirstShard):
-    """A registry whose sweep is interrupted (Ctrl-C) right after it checkpointed its first chunk of outputs."""
+    """A registry whose sweep is interrupted (Ctrl-C) right after it checkpointed its first chunk of
+    outputs."""
 
     calls = 0
 
@@ -202,12 +245,20 @@ class StopAfterFirstChunk(StopAfterFirstShard):
             ev.Registry.save_partial(self, sweep_key, rows)
 
 
-def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(ray_runtime, fake_zoo, tmp_path,
-                                                                          monkeypatch):
+def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(
+    ray_runtime, fake_zoo, tmp_path, monkeypatch
+):
     reg = tmp_path / "ray"
     shard._OUTPUTS.clear()
     with pytest.raises(KeyboardInterrupt):
-        ev.sweep("toy-mt", BATCHED, registry=StopAfterFirstChunk(reg), executor="ray", chunk_size=3, **SAMPLED)
+        ev.sweep(
+            "toy-mt",
+            BATCHED,
+            registry=StopAfterFirstChunk(reg),
+            executor="ray",
+            chunk_size=3,
+            **SAMPLED,
+        )
     assert not Registry(reg).files()  # no record, not even half of one
     (partial,) = reg.rglob(".partial/*.json")
     (first,) = json.loads(partial.read_text())["rows"].values()
@@ -216,7 +267,8 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(ray_ru
     shard._OUTPUTS.clear()  # a new process
     chunks = submitted_chunks(monkeypatch)
     runs = ev.sweep("toy-mt", BATCHED, registry=reg, executor="ray", chunk_size=3, **SAMPLED)
-    assert chunks == [[i for i in range(6) if i not in first["indices"]]]  # only the chunk that had not finished
+    # only the chunk that had not finished
+    assert chunks == [[i for i in range(6) if i not in first["indices"]]]
     assert not (reg / ".partial").exists()
     shard._OUTPUTS.clear()
     local = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "local", **SAMPLED)
@@ -237,15 +289,23 @@ sys.exit(reply["content"]["status"] != "ok")
 
 @pytest.mark.slow
 def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo, tmp_path):
-    # a study notebook's kernel, stopped while still connected to Ray, got SIGTERM and Ray printed a stack dump
-    pytest.importorskip("ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"')
+    # a study notebook's kernel, stopped while still connected to Ray, got SIGTERM and Ray printed a
+    # stack dump
+    pytest.importorskip(
+        "ray", reason='the Ray executor is an optional extra: pip install -e ".[ray]"'
+    )
     import subprocess
 
-    code = (f"import ray; from bildlab import evaluate as ev; ev.sweep('toy-mt', [{{'method': 'speculative', 'k': 2}}], "
-            f"registry={str(tmp_path / 'reg')!r}, executor='ray', limit=2, max_new_tokens=4, warmup=0, "
-            f"progress=False); assert not ray.is_initialized()")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a runtime of its own, started by the sweep
-    run = subprocess.run([sys.executable, "-c", KERNEL, code], capture_output=True, text=True, timeout=300, env=env)
+    code = (
+        f"import ray; from bildlab import evaluate as ev; ev.sweep('toy-mt', [{{'method': 'speculative', 'k': 2}}], "
+        f"registry={str(tmp_path / 'reg')!r}, executor='ray', limit=2, max_new_tokens=4, warmup=0, "
+        f"progress=False); assert not ray.is_initialized()"
+    )
+    # a runtime of its own, started by the sweep
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    run = subprocess.run(
+        [sys.executable, "-c", KERNEL, code], capture_output=True, text=True, timeout=300, env=env
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert len(Registry(tmp_path / "reg").files()) == 1  # the sweep ran
     assert "SIGTERM received" not in run.stderr, run.stderr[-3000:]
@@ -254,26 +314,34 @@ def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo,
 # -- without Ray (these run everywhere)
 
 
-def test_without_ray_the_local_executor_works_and_the_ray_one_names_the_extra(fake_zoo, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if it were not installed
+def test_without_ray_the_local_executor_works_and_the_ray_one_names_the_extra(
+    fake_zoo, tmp_path, monkeypatch
+):
+    # `import ray` now fails as if it were not installed
+    monkeypatch.setitem(sys.modules, "ray", None)
     run = ev.evaluate("toy-mt", method="greedy", registry=tmp_path, **FAST)
     assert run["summary"]["examples"] == 6 and run["machines"][0]["device"] == "cpu"
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     for executor in ("ray", "auto", "ray://head:10001"):
-        with pytest.raises(ImportError, match=r'optional extra of bildlab: pip install -e "\.\[ray\]"'):
+        with pytest.raises(
+            ImportError, match=r'optional extra of bildlab: pip install -e "\.\[ray\]"'
+        ):
             ev.evaluate("toy-mt", method="bild", registry=tmp_path, executor=executor, **FAST)
         with pytest.raises(ImportError, match=r"\[ray\]"):
             distributed.check(executor)
     distributed.check("local")
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(executor="dask"), ["executor", "'local'", "'ray'", "ray://host:port"]),
-    (dict(executor="ray://"), ["executor"]),
-    (dict(executor=None), ["executor"]),
-    (dict(shard_size=0), ["shard_size", ">= 1"]),
-    (dict(shard_size=2.5), ["shard_size"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(executor="dask"), ["executor", "'local'", "'ray'", "ray://host:port"]),
+        (dict(executor="ray://"), ["executor"]),
+        (dict(executor=None), ["executor"]),
+        (dict(shard_size=0), ["shard_size", ">= 1"]),
+        (dict(shard_size=2.5), ["shard_size"]),
+    ],
+)
 def test_bad_executor_arguments_fail_before_any_model_loads(monkeypatch, tmp_path, kwargs, words):
     monkeypatch.setattr(shard, "load", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError) as info:
@@ -288,11 +356,14 @@ def test_shards_and_their_resources():
     assert distributed.default_shard_size(6, 2) == distributed.MIN_SHARD
     assert distributed.default_shard_size(10**5, 8) == distributed.MAX_SHARD
     assert distributed.resources("cuda", 1) == {"num_cpus": 1, "num_gpus": 1}
-    assert distributed.resources("cpu", 2) == {"num_cpus": 2} and distributed.resources("cpu", None) == {"num_cpus": 1}
+    assert distributed.resources("cpu", 2) == {"num_cpus": 2} and distributed.resources(
+        "cpu", None
+    ) == {"num_cpus": 1}
 
 
 class FakeRay:
-    """Enough of Ray for the driver loop: shards finish in the order submitted, `cancel` is recorded."""
+    """Enough of Ray for the driver loop: shards finish in the order submitted, `cancel` is
+    recorded."""
 
     def __init__(self):
         self.refs, self.cancelled = [], []
@@ -310,6 +381,7 @@ class FakeRay:
             def remote(self, spec, part, *rest):
                 ray.refs.append((len(ray.refs), tuple(part)))
                 return ray.refs[-1]
+
         return Task()
 
     def wait(self, refs, num_returns):
@@ -326,8 +398,8 @@ class FakeRay:
 
 
 def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
-    # an interrupted worker (ray.cancel without force) is reused by Ray; interrupted inside `import torch` it failed
-    # every later shard with "partially initialized module 'torch'"
+    # an interrupted worker (ray.cancel without force) is reused by Ray; interrupted inside `import
+    # torch` it failed every later shard with "partially initialized module 'torch'"
     ray, seen = FakeRay(), []
 
     def on_rows(rows):
@@ -344,23 +416,46 @@ def test_an_interrupted_driver_kills_the_shards_still_running_and_no_others():
     finally:
         distributed._ray = distributed_ray
     assert seen == [[0, 1], [2, 3]]
-    assert ray.cancelled == [(2, True), (3, True), (4, True)]  # the three shards not finished, each killed
+    # the three shards not finished, each killed
+    assert ray.cancelled == [(2, True), (3, True), (4, True)]
 
 
 def test_rows_timed_on_different_device_models_make_no_record(fake_zoo, monkeypatch):
     from bildlab.harness import records
     from bildlab.world.models import zoo_dir
 
-    found = ev.lookup("toy-mt", [{"method": "bild", "fallback": 0.5}], registry=None, limit=4, max_new_tokens=4,
-                      warmup=0, hf_baseline=False)
-    spec = dict(pair="toy-mt", task=found.task, split=found.split, limit=4, entries=found.entries,
-                zoo=str(zoo_dir()), **{k: v for k, v in found.run.items() if k in shard.SPEC})
+    found = ev.lookup(
+        "toy-mt",
+        [{"method": "bild", "fallback": 0.5}],
+        registry=None,
+        limit=4,
+        max_new_tokens=4,
+        warmup=0,
+        hf_baseline=False,
+    )
+    spec = dict(
+        pair="toy-mt",
+        task=found.task,
+        split=found.split,
+        limit=4,
+        entries=found.entries,
+        zoo=str(zoo_dir()),
+        **{k: v for k, v in found.run.items() if k in shard.SPEC},
+    )
     done = shard.time_shard(spec, [0, 1])
-    (one,) = records.build_records(spec, found.keys, {**done, **shard.time_shard(spec, [2, 3])}, sweep="s")
-    assert [e["machine"] for e in one["examples"]] == [0] * 4 and len(one["machines"]) == 1  # one device: a record
+    (one,) = records.build_records(
+        spec, found.keys, {**done, **shard.time_shard(spec, [2, 3])}, sweep="s"
+    )
+    # one device: a record
+    assert [e["machine"] for e in one["examples"]] == [0] * 4 and len(one["machines"]) == 1
     real = shard.machine
-    monkeypatch.setattr(shard, "machine", lambda device: {**real(device), "device_name": "NVIDIA A10G"})
+    monkeypatch.setattr(
+        shard, "machine", lambda device: {**real(device), "device_name": "NVIDIA A10G"}
+    )
     done.update(shard.time_shard(spec, [2, 3]))  # a resumed sweep, timed elsewhere
-    with pytest.raises(ValueError, match="were timed on NVIDIA A10G, cpu: a speedup is a ratio of times taken on "
-                                         "one kind of device"):
+    with pytest.raises(
+        ValueError,
+        match="were timed on NVIDIA A10G, cpu: a speedup is a ratio of times taken on "
+        "one kind of device",
+    ):
         records.build_records(spec, found.keys, done, sweep="s")

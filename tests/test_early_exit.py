@@ -1,5 +1,6 @@
-"""The early exit as a view of the large model (bildlab/engine/early_exit.py): its tensors are the large model's, the encoder
-runs once, draft and verifier keep one KV cache, and decoding with it stays lossless."""
+"""The early exit as a view of the large model (bildlab/engine/early_exit.py): its tensors are the
+large model's, the encoder runs once, draft and verifier keep one KV cache, and decoding with it
+stays lossless."""
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ EXIT = 2
 
 
 def exit_friendly(arch: str, seed: int) -> torch.nn.Module:
-    """A 4-layer random model whose layers above the exit are damped, so that its early exit agrees on some tokens."""
+    """A 4-layer random model whose layers above the exit are damped, so that its early exit agrees
+    on some tokens."""
     large = tiny(arch, seed=seed, layers=4)
     with torch.no_grad():
         for layer in decoder_layers(large)[EXIT:]:
@@ -46,7 +48,8 @@ def test_exit_draft_is_made_of_the_large_models_tensors(exits, arch):
     large, draft, copy = exits[arch]
     own = {id(t): t.data_ptr() for t in [*large.parameters(), *large.buffers()]}
     mine = [*draft.parameters(), *draft.buffers()]
-    assert mine and all(own.get(id(t)) == t.data_ptr() for t in mine)  # the same tensor objects, the same storage
+    # the same tensor objects, the same storage
+    assert mine and all(own.get(id(t)) == t.data_ptr() for t in mine)
     assert all(a is b for a, b in zip(decoder_layers(draft), decoder_layers(large)))
     assert len(decoder_layers(draft)) == EXIT < len(decoder_layers(large))
     assert sum(p.numel() for p in draft.parameters()) < sum(p.numel() for p in large.parameters())
@@ -54,11 +57,18 @@ def test_exit_draft_is_made_of_the_large_models_tensors(exits, arch):
         assert draft.get_encoder() is large.get_encoder()
     assert shares_bottom_layers(draft, large)
     assert not shares_bottom_layers(large, draft) and not shares_bottom_layers(copy, large)
-    assert not shares_bottom_layers(large, large)  # the large model as its own draft keeps its own cache
+    # the large model as its own draft keeps its own cache
+    assert not shares_bottom_layers(large, large)
     x = torch.tensor([[5, 9, 13, 2]])
-    kw = {"decoder_input_ids": torch.tensor([[0, 7, 8, 21]])} if large.config.is_encoder_decoder else {}
+    kw = (
+        {"decoder_input_ids": torch.tensor([[0, 7, 8, 21]])}
+        if large.config.is_encoder_decoder
+        else {}
+    )
     with torch.no_grad():  # computes what the standalone copy computes, bit for bit
-        torch.testing.assert_close(draft(input_ids=x, **kw).logits, copy(input_ids=x, **kw).logits, rtol=0, atol=0)
+        torch.testing.assert_close(
+            draft(input_ids=x, **kw).logits, copy(input_ids=x, **kw).logits, rtol=0, atol=0
+        )
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -72,26 +82,40 @@ def test_exit_draft_is_lossless_and_drafts_what_a_copy_drafts(exits, arch):
             old = bildlab.generate(large, x, small=copy, method=method, max_new_tokens=16, **kw)
             assert out.tokens == ref == old.tokens, (method, kw)
             counts = {k: v for k, v in out.stats.items() if "seconds" not in k}
-            assert counts == {k: v for k, v in old.stats.items() if "seconds" not in k}, (method, kw)
+            assert counts == {k: v for k, v in old.stats.items() if "seconds" not in k}, (
+                method,
+                kw,
+            )
             totals["accepted"] += counts["accepted"]
             totals["rollbacks"] += counts["rollbacks"]
-        # speculative sampling: the same draws as with the copy (the draft's distributions are the copy's)
-        kw = dict(method="speculative", k=3, do_sample=True, temperature=0.8, max_new_tokens=16, seed=3)
+        # speculative sampling: the same draws as with the copy (the draft's distributions are the
+        # copy's)
+        kw = dict(
+            method="speculative", k=3, do_sample=True, temperature=0.8, max_new_tokens=16, seed=3
+        )
         sampled = bildlab.generate(large, x, small=draft, **kw).tokens
         assert sampled == bildlab.generate(large, x, small=copy, **kw).tokens
-    assert totals["accepted"] > 0 and totals["rollbacks"] > 0  # both the kept and the cropped paths ran
+    # both the kept and the cropped paths ran
+    assert totals["accepted"] > 0 and totals["rollbacks"] > 0
 
 
 @pytest.mark.parametrize("arch", ["t5", "bart"])
 def test_encoder_runs_once_per_input(exits, arch):
     large, draft, copy = exits[arch]
     calls = {"large": 0, "copy": 0}
-    hooks = [m.get_encoder().register_forward_hook(lambda *a, name=name: calls.__setitem__(name, calls[name] + 1))
-             for name, m in (("large", large), ("copy", copy))]
+    hooks = [
+        m.get_encoder().register_forward_hook(
+            lambda *a, name=name: calls.__setitem__(name, calls[name] + 1)
+        )
+        for name, m in (("large", large), ("copy", copy))
+    ]
     try:
         for method in ("speculative", "bild"):
-            bildlab.generate(large, prompts(1)[0], small=draft, method=method, max_new_tokens=8, fallback=0.3)
-        assert calls == {"large": 2, "copy": 0}  # one encoder run per input (the draft's encoder is the large one)
+            bildlab.generate(
+                large, prompts(1)[0], small=draft, method=method, max_new_tokens=8, fallback=0.3
+            )
+        # one encoder run per input (the draft's encoder is the large one)
+        assert calls == {"large": 2, "copy": 0}
         bildlab.generate(large, prompts(1)[0], small=copy, method="speculative", max_new_tokens=8)
         assert calls == {"large": 3, "copy": 1}  # a separate model runs its own
     finally:
@@ -104,22 +128,39 @@ def test_draft_and_verifier_keep_one_cache(exits, arch):
     large, draft, copy = exits[arch]
     seen = {"large": [], "draft": []}
     fed = []
-    hooks = [m.register_forward_pre_hook(lambda mod, args, kwargs, name=name: seen[name].append(
-        kwargs.get("cache", kwargs.get("past_key_values"))), with_kwargs=True)
-        for name, m in (("large", large), ("draft", draft))]
+    hooks = [
+        m.register_forward_pre_hook(
+            lambda mod, args, kwargs, name=name: seen[name].append(
+                kwargs.get("cache", kwargs.get("past_key_values"))
+            ),
+            with_kwargs=True,
+        )
+        for name, m in (("large", large), ("draft", draft))
+    ]
     key = "decoder_input_ids" if large.config.is_encoder_decoder else "input_ids"
-    hooks.append(draft.register_forward_pre_hook(lambda mod, args, kwargs: fed.append(kwargs[key].shape[1]),
-                                                 with_kwargs=True))
+    hooks.append(
+        draft.register_forward_pre_hook(
+            lambda mod, args, kwargs: fed.append(kwargs[key].shape[1]), with_kwargs=True
+        )
+    )
     try:
-        out = bildlab.generate(large, prompts(1)[0], small=draft, method="speculative", k=3, max_new_tokens=16,
-                               eos_token_id=[])
+        out = bildlab.generate(
+            large,
+            prompts(1)[0],
+            small=draft,
+            method="speculative",
+            k=3,
+            max_new_tokens=16,
+            eos_token_id=[],
+        )
     finally:
         for h in hooks:
             h.remove()
     assert len({id(c) for c in seen["large"] + seen["draft"]}) == 1  # one cache object for both
     assert len(seen["draft"]) == out.stats["small_calls"] and out.stats["accepted"] > 0
-    # after its first call the draft is fed one token per call: every committed position of the shared layers
-    # was written by the verifier, which the draft never recomputes (a separate draft re-feeds its last draft)
+    # after its first call the draft is fed one token per call: every committed position of the
+    # shared layers was written by the verifier, which the draft never recomputes (a separate draft
+    # re-feeds its last draft)
     assert fed[1:] and all(n == 1 for n in fed[1:])
 
 
@@ -145,5 +186,9 @@ def test_shipped_pairs_early_exit_is_lossless(name):
         ref = hf_greedy(pair.large, x, 40, eos)  # transformers' own greedy generate, not bildlab's
         assert ref and len(ref) <= 40
         for method, kw in (("speculative", {"k": 4}), ("bild", {"rollback": 0.0, "fallback": 0.6})):
-            assert bildlab.generate(pair.large, x, small=pair.small, method=method, max_new_tokens=40,
-                                    **kw).tokens == ref, (method, x.tolist())
+            assert (
+                bildlab.generate(
+                    pair.large, x, small=pair.small, method=method, max_new_tokens=40, **kw
+                ).tokens
+                == ref
+            ), (method, x.tolist())

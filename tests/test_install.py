@@ -1,6 +1,7 @@
-"""The package as a user installs it: the wheel, built from the sdist, in a fresh venv, run from an empty folder with
-the checkout nowhere on the path. The zoo loads offline, the README's example runs, BiLD decodes, `bildlab demo`
-runs on the shipped pair, and `bildlab study` outside a checkout stops with one line (exit status 2)."""
+"""The package as a user installs it: the wheel, built from the sdist, in a fresh venv, run from an
+empty folder with the checkout nowhere on the path. The zoo loads offline, the README's example
+runs, BiLD decodes, `bildlab demo` runs on the shipped pair, and `bildlab study` outside a checkout
+stops with one line (exit status 2)."""
 
 import os
 import re
@@ -19,7 +20,9 @@ ZOO = ROOT / "bildlab" / "toy" / "_zoo"
 
 
 def _run(argv, cwd, env, timeout=300):
-    run = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     return run
 
 
@@ -36,32 +39,86 @@ def installed(tmp_path_factory):
     empty.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "bildlab", src / "bildlab", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    # no PYTHONPATH, no zoo or study location: only what the wheel carries; a fresh task cache; no network
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "BILDLAB_ZOO", "BILDLAB_ROOT", "BILDLAB_CACHE", "PYTHONHOME")}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PIP_NO_INDEX="1", BILDLAB_CACHE=str(tmp / "cache"),
-               OMP_NUM_THREADS="1")
-    # sdist first, then the wheel from the sdist (what `python -m build` does): both must carry the zoo
-    _ok(_run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; b.build_sdist(sys.argv[1])",
-              dist], src, env))
+    shutil.copytree(
+        ROOT / "bildlab", src / "bildlab", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    # no PYTHONPATH, no zoo or study location: only what the wheel carries; a fresh task cache; no
+    # network
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "BILDLAB_ZOO", "BILDLAB_ROOT", "BILDLAB_CACHE", "PYTHONHOME")
+    }
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PIP_NO_INDEX="1",
+        BILDLAB_CACHE=str(tmp / "cache"),
+        OMP_NUM_THREADS="1",
+    )
+    # sdist first, then the wheel from the sdist (what `python -m build` does): both must carry the
+    # zoo
+    _ok(
+        _run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from setuptools import build_meta as b; b.build_sdist(sys.argv[1])",
+                dist,
+            ],
+            src,
+            env,
+        )
+    )
     sdist = next(dist.glob("bildlab-*.tar.gz"))
-    _ok(_run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, sdist],
-             empty, env))
+    _ok(
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                dist,
+                sdist,
+            ],
+            empty,
+            env,
+        )
+    )
     wheel = next(dist.glob("bildlab-*.whl"))
-    # the dependencies from this environment (--system-site-packages), the package only from the wheel; this
-    # environment's pip installs into the venv (the venv's python runs it)
-    _ok(_run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], empty, env))
+    # the dependencies from this environment (--system-site-packages), the package only from the
+    # wheel; this environment's pip installs into the venv (the venv's python runs it)
+    _ok(
+        _run(
+            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv],
+            empty,
+            env,
+        )
+    )
     python = venv / "bin" / "python"
     _ok(_run([python, "-m", "pip", "install", "-q", "--no-deps", wheel], empty, env))
-    return SimpleNamespace(sdist=sdist, wheel=wheel, venv=venv, python=python, bildlab=venv / "bin" / "bildlab",
-                           empty=empty, env=env)
+    return SimpleNamespace(
+        sdist=sdist,
+        wheel=wheel,
+        venv=venv,
+        python=python,
+        bildlab=venv / "bin" / "bildlab",
+        empty=empty,
+        env=env,
+    )
 
 
 def test_the_wheel_and_the_sdist_carry_the_zoo_and_its_card(installed):
     shipped = sorted(str(p.relative_to(ROOT)) for p in ZOO.rglob("*") if p.is_file())
     assert "bildlab/toy/_zoo/card.json" in shipped and "bildlab/toy/_zoo/card.md" in shipped
-    assert "bildlab/toy/_zoo/t5-large/model.safetensors" in shipped and "bildlab/toy/_zoo/tokenizer/tokenizer.json" in shipped
+    assert (
+        "bildlab/toy/_zoo/t5-large/model.safetensors" in shipped
+        and "bildlab/toy/_zoo/tokenizer/tokenizer.json" in shipped
+    )
     in_wheel = set(zipfile.ZipFile(installed.wheel).namelist())
     assert set(shipped) <= in_wheel
     with tarfile.open(installed.sdist) as tar:
@@ -78,7 +135,9 @@ def test_the_readme_states_the_wheels_size(installed):
 
 def _readme_example() -> str:
     """The Python example of the README's install section."""
-    section = (ROOT / "README.md").read_text().split("## Install the package", 1)[1].split("\n## ", 1)[0]
+    section = (
+        (ROOT / "README.md").read_text().split("## Install the package", 1)[1].split("\n## ", 1)[0]
+    )
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -105,15 +164,24 @@ print("bild", len(out.tokens), out.stats["small_tokens"], out.stats["large_calls
 
 
 def test_the_installed_demo_runs_on_the_shipped_pair(installed):
-    run = _ok(_run([installed.bildlab, "demo", "--n", "2", "--max-new-tokens", "8"], installed.empty, installed.env))
+    run = _ok(
+        _run(
+            [installed.bildlab, "demo", "--n", "2", "--max-new-tokens", "8"],
+            installed.empty,
+            installed.env,
+        )
+    )
     out = run.stdout
     assert out.startswith("toy-mt from the shipped zoo, its first 2 test sources")
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:5]}
     assert list(rows) == ["greedy", "speculative", "bild"]
-    assert rows["greedy"][-1] == rows["speculative"][-1] == "2/2"  # lossless: identical outputs, counted
+    # lossless: identical outputs, counted
+    assert rows["greedy"][-1] == rows["speculative"][-1] == "2/2"
 
 
-@pytest.mark.parametrize("argv", [["study", "--plan"], ["study"], ["study", "--notebook", "rq1_small_writes_most"]])
+@pytest.mark.parametrize(
+    "argv", [["study", "--plan"], ["study"], ["study", "--notebook", "rq1_small_writes_most"]]
+)
 def test_the_study_outside_a_checkout_stops_with_one_line(installed, argv):
     run = _run([installed.bildlab, *argv], installed.empty, installed.env, timeout=60)
     assert run.returncode == 2 and run.stdout == ""
@@ -121,4 +189,5 @@ def test_the_study_outside_a_checkout_stops_with_one_line(installed, argv):
     assert run.stderr.splitlines() == [
         f"bildlab study: error: no study in {here} or a folder above it (notebooks/*.ipynb and params/): the study "
         f"lives in a checkout of the bildlab repository; git clone it and run bildlab there, or pass --root CHECKOUT "
-        f"(or set BILDLAB_ROOT)"]
+        f"(or set BILDLAB_ROOT)"
+    ]

@@ -1,5 +1,6 @@
-"""Batches sized by memory: the budget's parsing, batches packed under it, an out-of-memory error that splits a batch
-(tokens unchanged), and at the paper's T5-large geometry a measured peak within the budget with batch-1 outputs."""
+"""Batches sized by memory: the budget's parsing, batches packed under it, an out-of-memory error
+that splits a batch (tokens unchanged), and at the paper's T5-large geometry a measured peak within
+the budget with batch-1 outputs."""
 
 import subprocess
 import sys
@@ -12,11 +13,19 @@ from bildlab.engine import batch, memory
 from bildlab.engine.batch import generate_batch
 from bildlab.engine.decoding import generate
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
-@pytest.mark.parametrize("text, n", [("12GiB", 12 * GIB), ("16GB", 16 * 10 ** 9), ("512 MiB", 512 * 2 ** 20),
-                                     ("1.5gib", int(1.5 * GIB)), (4096, 4096)])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("12GiB", 12 * GIB),
+        ("16GB", 16 * 10**9),
+        ("512 MiB", 512 * 2**20),
+        ("1.5gib", int(1.5 * GIB)),
+        (4096, 4096),
+    ],
+)
 def test_memory_sizes_parse(text, n):
     assert memory.parse(text) == n
 
@@ -34,13 +43,23 @@ def test_the_default_budget_on_a_cpu_is_the_stated_one():
     assert memory.budget("3GiB", "cpu") == 3 * GIB
 
 
-T5_LARGE = memory.Geometry(encoder_decoder=True, layers=24, kv_heads=16, head_dim=64, d_model=1024, d_ff=4096,
-                           heads=16, vocab=32100, dtype_bytes=4)
+T5_LARGE = memory.Geometry(
+    encoder_decoder=True,
+    layers=24,
+    kv_heads=16,
+    head_dim=64,
+    d_model=1024,
+    d_ff=4096,
+    heads=16,
+    vocab=32100,
+    dtype_bytes=4,
+)
 
 
 def test_the_estimate_holds_the_cross_attention_cache_the_issue_measured():
-    # 2 x batch x source x 1,024 floats per layer for the cross-attention keys and values: 48 GiB at batch 256,
-    # 24 layers, 1,024-token sources; the estimate is an upper bound of what a batch holds
+    # 2 x batch x source x 1,024 floats per layer for the cross-attention keys and values: 48 GiB at
+    # batch 256, 24 layers, 1,024-token sources; the estimate is an upper bound of what a batch
+    # holds
     cross = 2 * 256 * 1024 * 1024 * 4 * 24
     assert cross == 48 * GIB
     assert memory.peak_bytes([T5_LARGE], 256, 1024, 0) >= cross
@@ -58,8 +77,11 @@ def test_batches_are_packed_greedily_under_the_budget():
         if n + 1 < len(batches):
             longer = max(lengths[i] for i in b + [batches[n + 1][0]])
             assert memory.peak_bytes([T5_LARGE], len(b) + 1, longer, 16) > budget
-    assert memory.pack(lengths, [T5_LARGE], 16, budget, batch_size=2) == [flat[i:i + 2] for i in range(0, 8, 2)]
-    assert memory.pack(lengths, [T5_LARGE], 16, 1, batch_size=8) == [[i] for i in flat]  # alone when nothing fits
+    assert memory.pack(lengths, [T5_LARGE], 16, budget, batch_size=2) == [
+        flat[i : i + 2] for i in range(0, 8, 2)
+    ]
+    # alone when nothing fits
+    assert memory.pack(lengths, [T5_LARGE], 16, 1, batch_size=8) == [[i] for i in flat]
     assert memory.rows_that_fit([T5_LARGE], 1024, 16, budget, 256) == 3
 
 
@@ -68,10 +90,19 @@ def test_the_geometry_is_read_from_the_model(models):
     g = memory.geometry(large)
     c = large.config
     assert (g.layers, g.kv_heads, g.head_dim, g.d_model, g.vocab) == (
-        c.num_decoder_layers, c.num_heads, c.d_kv, c.d_model, large.lm_head.weight.shape[0])
+        c.num_decoder_layers,
+        c.num_heads,
+        c.d_kv,
+        c.d_model,
+        large.lm_head.weight.shape[0],
+    )
     lg = memory.geometry(models["llama"][0])
     lc = models["llama"][0].config
-    assert (lg.encoder_decoder, lg.layers, lg.kv_heads) == (False, lc.num_hidden_layers, lc.num_key_value_heads)
+    assert (lg.encoder_decoder, lg.layers, lg.kv_heads) == (
+        False,
+        lc.num_hidden_layers,
+        lc.num_key_value_heads,
+    )
 
 
 def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(models, monkeypatch):
@@ -93,11 +124,18 @@ def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(mo
     split = generate_batch(large, xs, batch_size=6, report=report, **kw)
     assert [o.tokens for o in split] == [o.tokens for o in whole]
     assert [o.stats for o in split] == [o.stats for o in whole]
-    assert seen == [6, 3, 1, 2, 3, 1, 2] and report["splits"] == 3 and report["batches"] == [1, 2, 1, 2]
+    assert (
+        seen == [6, 3, 1, 2, 3, 1, 2]
+        and report["splits"] == 3
+        and report["batches"] == [1, 2, 1, 2]
+    )
     for x, o in zip(xs, split):  # and each is the engine's
         assert o.tokens == generate(large, x, **kw).tokens
-    monkeypatch.setattr(batch, "_lockstep", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("one row")))
-    with pytest.raises(torch.OutOfMemoryError):  # a single row that does not fit is the user's to see
+    monkeypatch.setattr(
+        batch, "_lockstep", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("one row"))
+    )
+    # a single row that does not fit is the user's to see
+    with pytest.raises(torch.OutOfMemoryError):
         generate_batch(large, xs[:1], **kw)
 
 
@@ -105,16 +143,29 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "batch_memory.py
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the resident memory from /proc")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the resident memory from /proc"
+)
 def test_at_the_paper_t5_large_geometry_a_budget_holds_and_the_outputs_are_batch_one_outputs():
     import json
 
-    # real T5-large and T5-small geometry, random weights; the budget admits two of the longest sources, not three
-    out = subprocess.run([sys.executable, str(BENCH), "--sources", "1024,600,1024", "--rows", "2"],
-                         capture_output=True, text=True, timeout=1200, check=True)
+    # real T5-large and T5-small geometry, random weights; the budget admits two of the longest
+    # sources, not three
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--sources", "1024,600,1024", "--rows", "2"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=True,
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["report"]["batches"] == [2, 1] and r["report"]["splits"] == 0  # 600 + 1024 together, then 1024
+    # 600 + 1024 together, then 1024
+    assert r["report"]["batches"] == [2, 1] and r["report"]["splits"] == 0
     assert r["measured"] <= r["budget"], (memory.fmt(r["measured"]), memory.fmt(r["budget"]))
-    # the measurement sees what must be there: two rows' cross-attention cache (2 x 24 x 16 x 64 x 1024 floats each)
-    assert r["cross_cache_per_row"] == 2 * 24 * 16 * 64 * 1024 * 4 and r["measured"] >= 2 * r["cross_cache_per_row"]
+    # the measurement sees what must be there: two rows' cross-attention cache (2 x 24 x 16 x 64 x
+    # 1024 floats each)
+    assert (
+        r["cross_cache_per_row"] == 2 * 24 * 16 * 64 * 1024 * 4
+        and r["measured"] >= 2 * r["cross_cache_per_row"]
+    )
     assert r["identical"] == r["n"] == 3  # every batched output is its batch-1 output

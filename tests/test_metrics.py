@@ -16,7 +16,9 @@ def test_bleu_identical_is_100_and_disjoint_is_0():
 def test_bleu_hand_computed():
     # precisions 5/6, 3/5, 2/4, 1/3; same lengths so no brevity penalty
     hyp, ref = ["the cat sat on the mat"], ["the cat sat on a mat"]
-    expected = 100 * math.exp((math.log(5 / 6) + math.log(3 / 5) + math.log(2 / 4) + math.log(1 / 3)) / 4)
+    expected = 100 * math.exp(
+        (math.log(5 / 6) + math.log(3 / 5) + math.log(2 / 4) + math.log(1 / 3)) / 4
+    )
     assert expected == pytest.approx(53.7285, abs=1e-3)
     assert bleu(hyp, ref) == pytest.approx(expected, abs=1e-4)
     assert bleu(hyp, ref) == pytest.approx(sacrebleu.corpus_bleu(hyp, [ref]).score)
@@ -95,19 +97,29 @@ def test_type_errors_name_the_parameter():
 
 def test_split_sentences_keeps_abbreviations_and_initials():
     assert split_sentences("The U.S. Army said on Monday it would act. Officials agreed.") == [
-        "The U.S. Army said on Monday it would act.", "Officials agreed."]
+        "The U.S. Army said on Monday it would act.",
+        "Officials agreed.",
+    ]
     assert split_sentences("Mr. Smith met Dr. Jones at 3 p.m. on Friday. They talked.") == [
-        "Mr. Smith met Dr. Jones at 3 p.m. on Friday.", "They talked."]
+        "Mr. Smith met Dr. Jones at 3 p.m. on Friday.",
+        "They talked.",
+    ]
     assert split_sentences("J. K. Rowling wrote it. The U.K. government disagreed.") == [
-        "J. K. Rowling wrote it.", "The U.K. government disagreed."]
-    # newlines always end a sentence (CNN/DailyMail highlights: one per line, often without a full stop)
+        "J. K. Rowling wrote it.",
+        "The U.K. government disagreed.",
+    ]
+    # newlines always end a sentence (CNN/DailyMail highlights: one per line, often without a full
+    # stop)
     assert split_sentences("Police say 3 were hurt\nThe road is closed .\n\n") == [
-        "Police say 3 were hurt", "The road is closed ."]
+        "Police say 3 were hurt",
+        "The road is closed .",
+    ]
 
 
 def test_split_sentences_equals_the_old_regex_on_the_toy_task(tmp_path, monkeypatch):
-    # the toy metric is unchanged: on every toy-sum validation text the new splitter cuts where the regex of
-    # bildlab <= 0.1 cut (sentence-final punctuation, maybe a closing quote, then whitespace)
+    # the toy metric is unchanged: on every toy-sum validation text the new splitter cuts where the
+    # regex of bildlab <= 0.1 cut (sentence-final punctuation, maybe a closing quote, then
+    # whitespace)
     import re
 
     from bildlab.world.tasks import load_task
@@ -135,5 +147,7 @@ def test_rouge_stemmer_option():
 def test_metric_options_per_task():
     from bildlab.world.tasks import metric_options
 
-    assert [metric_options(t) for t in ("toy-mt", "toy-sum", "iwslt2017-de-en", "wmt14-de-en", "xsum",
-                                         "cnn_dailymail")] == [{}, {}, {}, {}, {"stemmer": False}, {"stemmer": False}]
+    assert [
+        metric_options(t)
+        for t in ("toy-mt", "toy-sum", "iwslt2017-de-en", "wmt14-de-en", "xsum", "cnn_dailymail")
+    ] == [{}, {}, {}, {}, {"stemmer": False}, {"stemmer": False}]

@@ -1,5 +1,6 @@
-"""bildlab.harness.retime: a registry's sweeps timed again on this machine, priced by a calibration of the same run; the
-outputs, scores and mechanism unchanged, other outputs refused, an interrupted retime resumed."""
+"""bildlab.harness.retime: a registry's sweeps timed again on this machine, priced by a calibration
+of the same run; the outputs, scores and mechanism unchanged, other outputs refused, an interrupted
+retime resumed."""
 
 import json
 
@@ -9,13 +10,17 @@ from bildlab.harness.registry import Registry
 from bildlab.harness.retime import retime
 
 FAST = dict(split="test", limit=6, max_new_tokens=12, warmup=0, progress=False)
-SMALL = dict(n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3, 4), prefixes=(0, 8), max_new_tokens=8, warmup=0)
+SMALL = dict(
+    n=2, batch_n=2, batch_sizes=[2], ms=(1, 2, 3, 4), prefixes=(0, 8), max_new_tokens=8, warmup=0
+)
 
 
 def _sweep(reg):
     grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}]
     made = ev.sweep("toy-mt", grid, registry=reg, timing_limit=4, batch_size=4, **FAST)
-    made += ev.sweep("toy-mt", [{"method": "speculative", "k": 3, "do_sample": True}], registry=reg, **FAST)
+    made += ev.sweep(
+        "toy-mt", [{"method": "speculative", "k": 3, "do_sample": True}], registry=reg, **FAST
+    )
     return made
 
 
@@ -28,8 +33,10 @@ def test_retime_keeps_outputs_and_mechanism_and_prices_with_its_own_calibration(
     for before in made:
         after = reg.get(before["key"])
         rows, old = after["examples"], before["examples"]
-        assert [r["output"] for r in rows] == [r["output"] for r in old]  # the outputs are the record's
-        assert [r["seconds"] is None for r in rows] == [r["seconds"] is None for r in old]  # the same examples timed
+        # the outputs are the record's
+        assert [r["output"] for r in rows] == [r["output"] for r in old]
+        # the same examples timed
+        assert [r["seconds"] is None for r in rows] == [r["seconds"] is None for r in old]
         assert [r["seconds"] for r in rows] != [r["seconds"] for r in old]  # timed again
         assert after["mechanism"] == before["mechanism"]
         assert after["summary"]["score"] == before["summary"]["score"]
@@ -37,9 +44,11 @@ def test_retime_keeps_outputs_and_mechanism_and_prices_with_its_own_calibration(
         assert after["calibration"]["same_run"] and after["calibration"]["made"] == cal["made"]
         assert after["calibration"]["timed_here"] is True
         assert after["summary"]["predicted_speedup"] > 0
-        # the sweep's vanilla columns, timed again, stored once in the sweep's file (not copied into every record)
+        # the sweep's vanilla columns, timed again, stored once in the sweep's file (not copied into
+        # every record)
         assert json.loads(reg.path(before["key"]).read_text())["examples"]["sweep_columns"]
-    assert retime(reg, progress=False, calibration={"toy-mt": cal})["skipped"] == 3  # resumed: nothing left
+    # resumed: nothing left
+    assert retime(reg, progress=False, calibration={"toy-mt": cal})["skipped"] == 3
 
 
 def test_retime_refuses_other_outputs_and_resumes_from_its_checkpoint(fake_zoo, tmp_path):
@@ -51,16 +60,24 @@ def test_retime_refuses_other_outputs_and_resumes_from_its_checkpoint(fake_zoo, 
     tampered["examples"][i].update(output=tampered["examples"][i]["output"] + " x", identical=False)
     reg.put(spec["key"], tampered)
     cal = calibrate.calibrate("toy-mt", registry=reg, **SMALL)
-    # an interrupted retime of the first sweep: its checkpoint holds example i, timed (made up) at 7 s each
+    # an interrupted retime of the first sweep: its checkpoint holds example i, timed (made up) at 7
+    # s each
     records = [reg.get(bild["key"]), reg.get(spec["key"])]
-    point = {"retime": bild["protocol"]["sweep"], "keys": [r["key"] for r in records], "calibration": cal["made"]}
+    point = {
+        "retime": bild["protocol"]["sweep"],
+        "keys": [r["key"] for r in records],
+        "calibration": cal["made"],
+    }
     real = shard.time_shard({**_spec_of(records), "warmup": 0}, [i])[i]
-    reg.save_partial(point, {i: {**real, **{k: {**real[k], "seconds": 7.0} for k in ("greedy", "policy0")}}})
+    reg.save_partial(
+        point, {i: {**real, **{k: {**real[k], "seconds": 7.0} for k in ("greedy", "policy0")}}}
+    )
     out = retime(reg, progress=False, calibration={"toy-mt": cal})
     assert out["retimed"] == 2 and out["differ"] == ["toy-mt test: speculative k=3"]
     assert reg.get(spec["key"]) == tampered  # left as it was
     resumed = reg.get(bild["key"])["examples"][i]
-    assert resumed["seconds"] == 7.0 and resumed["baseline_seconds"] == 7.0  # the checkpoint's row, not timed again
+    # the checkpoint's row, not timed again
+    assert resumed["seconds"] == 7.0 and resumed["baseline_seconds"] == 7.0
     assert not (tmp_path / "reg" / ".partial").exists()
 
 

@@ -1,5 +1,5 @@
-"""Static caches (`generate(cache="static")`): token for token the dynamic-cache engine; a rollback leaves no stale
-position visible; refusals; and (slow) compiled steps equal to eager ones."""
+"""Static caches (`generate(cache="static")`): token for token the dynamic-cache engine; a rollback
+leaves no stale position visible; refusals; and (slow) compiled steps equal to eager ones."""
 
 import pytest
 import torch
@@ -17,7 +17,9 @@ METHODS = {
     "speculative-k1": dict(method="speculative", k=1),
     "speculative-k4": dict(method="speculative", k=4),
     "bild-first-differing": dict(method="bild", fallback=0.3, rollback=1.0, max_small_steps=4),
-    "bild-first-above": dict(method="bild", fallback=0.9, rollback=1.0, max_small_steps=4, rollback_rule="first-above"),
+    "bild-first-above": dict(
+        method="bild", fallback=0.9, rollback=1.0, max_small_steps=4, rollback_rule="first-above"
+    ),
     "bild-long-drafts": dict(method="bild", fallback=0.05, rollback=3.0, max_small_steps=10),
     "prompt-lookup": dict(method="prompt-lookup", k=3),
 }
@@ -31,14 +33,23 @@ def prompt(seed: int, n: int = 6) -> torch.Tensor:
 def pairs():
     zoo = {}
     for i, arch in enumerate(ARCHS):
-        large = tiny(arch, seed=60 + i, layers=3, scale=2.0)  # sharp: drafts are often confident, rollbacks happen
-        zoo[arch] = (large, {"perturbed": perturbed(large, 0.3, i), "exit": exit_draft(large, 1), "self": large,
-                             "random": tiny(arch, seed=70 + i, layers=1)})
+        # sharp: drafts are often confident, rollbacks happen
+        large = tiny(arch, seed=60 + i, layers=3, scale=2.0)
+        zoo[arch] = (
+            large,
+            {
+                "perturbed": perturbed(large, 0.3, i),
+                "exit": exit_draft(large, 1),
+                "self": large,
+                "random": tiny(arch, seed=70 + i, layers=1),
+            },
+        )
     return zoo
 
 
 def cases(large, x):
-    """(max_new_tokens, eos ids) triples: no EOS, an EOS inside the output, an EOS that is the budget's last token."""
+    """(max_new_tokens, eos ids) triples: no EOS, an EOS inside the output, an EOS that is the
+    budget's last token."""
     ref = bildlab.generate(large, x, max_new_tokens=N_NEW, eos_token_id=[]).tokens
     eos = next((t for t in ref[3:] if t not in ref[:3]), ref[-1])
     at = ref.index(eos) + 1
@@ -59,31 +70,52 @@ def test_static_cache_equals_dynamic_cache(pairs, arch, draft):
                 ref = bildlab.generate(large, x, **kw)
                 out = bildlab.generate(large, x, cache="static", **kw)
                 assert out.tokens == ref.tokens, (name, budget, eos)
-                for key in ("rollbacks", "fallbacks", "accepted", "drafted", "large_calls", "small_calls"):
+                for key in (
+                    "rollbacks",
+                    "fallbacks",
+                    "accepted",
+                    "drafted",
+                    "large_calls",
+                    "small_calls",
+                ):
                     assert out.stats[key] == ref.stats[key], (name, key)
                 for key in seen:
                     seen[key] += out.stats[key]
             assert len(out.tokens) == budget or out.tokens[-1] in eos
     if draft != "self":
-        assert all(v > 0 for v in seen.values()), seen  # the sweep rolled back, fell back and kept drafts
+        # the sweep rolled back, fell back and kept drafts
+        assert all(v > 0 for v in seen.values()), seen
 
 
 @pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_static_cache_sampling_equals_dynamic_with_the_same_seed(pairs, arch):
     large, drafts = pairs[arch]
     x = prompt(4)
-    for kw in (dict(method="sample"), dict(method="speculative", do_sample=True, k=3, temperature=0.8, top_k=20)):
+    for kw in (
+        dict(method="sample"),
+        dict(method="speculative", do_sample=True, k=3, temperature=0.8, top_k=20),
+    ):
         for seed in (0, 1):
-            ref = bildlab.generate(large, x, small=drafts["perturbed"], max_new_tokens=N_NEW, seed=seed, **kw)
-            out = bildlab.generate(large, x, small=drafts["perturbed"], max_new_tokens=N_NEW, seed=seed,
-                                   cache="static", **kw)
+            ref = bildlab.generate(
+                large, x, small=drafts["perturbed"], max_new_tokens=N_NEW, seed=seed, **kw
+            )
+            out = bildlab.generate(
+                large,
+                x,
+                small=drafts["perturbed"],
+                max_new_tokens=N_NEW,
+                seed=seed,
+                cache="static",
+                **kw,
+            )
             assert out.tokens == ref.tokens
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_rollback_on_a_static_cache_leaves_no_stale_position(pairs, arch):
-    """Feed a prefix and four tokens, roll back three, feed two others: the logits are a fresh decode's of the
-    final sequence (the rolled-back positions are still in memory, past the end, and must not be seen)."""
+    """Feed a prefix and four tokens, roll back three, feed two others: the logits are a fresh
+    decode's of the final sequence (the rolled-back positions are still in memory, past the end, and
+    must not be seen)."""
     large, _ = pairs[arch]
     x = prompt(7)
     start = [[0]] if large.config.is_encoder_decoder else x.tolist()
@@ -96,7 +128,8 @@ def test_rollback_on_a_static_cache_leaves_no_stale_position(pairs, arch):
         view.logits(first, P, 1)
         view.logits(first, P + 4, 4)
         view.crop(P + 1)
-        assert view.self_cache.get_seq_length() == P + 1  # the position moved back; nothing was copied
+        # the position moved back; nothing was copied
+        assert view.self_cache.get_seq_length() == P + 1
         rolled = view.logits(final, P + 3, 2)  # feeds 9, 10 over the stale 6, 7
         stale = view.self_cache.layers[0].keys[0, :, P + 3]  # token 8's key, past the end
         assert stale.abs().sum() > 0
@@ -117,11 +150,18 @@ def test_static_caches_are_reused_input_after_input():
     assert len(static._CACHES[large]) == 1
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    (dict(cache="paged"), ValueError, ["cache must be one of", "'dynamic', 'static'", "'paged'"]),
-    (dict(compile=True), ValueError, ["compile=True needs cache='static'"]),
-    (dict(cache="static", compile="yes"), TypeError, ["compile must be True or False"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (
+            dict(cache="paged"),
+            ValueError,
+            ["cache must be one of", "'dynamic', 'static'", "'paged'"],
+        ),
+        (dict(compile=True), ValueError, ["compile=True needs cache='static'"]),
+        (dict(cache="static", compile="yes"), TypeError, ["compile must be True or False"]),
+    ],
+)
 def test_bad_cache_arguments_fail_fast(pairs, kwargs, error, words):
     large, _ = pairs["t5"]
     with pytest.raises(error) as e:
@@ -132,22 +172,41 @@ def test_bad_cache_arguments_fail_fast(pairs, kwargs, error, words):
 
 def qwen2(window: int) -> tf.PreTrainedModel:
     torch.manual_seed(0)
-    cfg = tf.Qwen2Config(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=VOCAB, use_sliding_window=True, sliding_window=window,
-                         max_window_layers=1, eos_token_id=2, pad_token_id=0)
+    cfg = tf.Qwen2Config(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        use_sliding_window=True,
+        sliding_window=window,
+        max_window_layers=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return tf.Qwen2ForCausalLM(cfg).eval()
 
 
 def test_sliding_window_layers_refused_or_exact():
     short = qwen2(window=8)
-    with pytest.raises(ValueError, match=r"Qwen2ForCausalLM \(the model\) has sliding-window layers \(window 8\)"):
+    with pytest.raises(
+        ValueError, match=r"Qwen2ForCausalLM \(the model\) has sliding-window layers \(window 8\)"
+    ):
         bildlab.generate(short, prompt(0), max_new_tokens=N_NEW, cache="static")
     wide = qwen2(window=256)  # wider than the cache: a sliding layer that never slides is exact
     x = prompt(1)
-    for kw in (dict(method="greedy"), dict(method="speculative", small=perturbed(wide, 0.3, 0), k=3)):
+    for kw in (
+        dict(method="greedy"),
+        dict(method="speculative", small=perturbed(wide, 0.3, 0), k=3),
+    ):
         ref = bildlab.generate(wide, x, max_new_tokens=N_NEW, eos_token_id=[], **kw)
-        assert bildlab.generate(wide, x, max_new_tokens=N_NEW, eos_token_id=[], cache="static", **kw).tokens == \
-            ref.tokens
+        assert (
+            bildlab.generate(
+                wide, x, max_new_tokens=N_NEW, eos_token_id=[], cache="static", **kw
+            ).tokens
+            == ref.tokens
+        )
     with pytest.raises(ValueError, match="compile=True: Qwen2ForCausalLM"):
         bildlab.generate(wide, x, max_new_tokens=N_NEW, cache="static", compile=True)
 
@@ -165,7 +224,8 @@ class _OnCuda:  # what `static.compiled` reads of a model on a GPU (no GPU neede
 def test_every_compiled_step_gets_the_guard_filter_and_cuda_graphs_on_a_gpu(monkeypatch):
     seen = []
 
-    def fake_compile(fn, **kw):  # as torch.compile: refuses a mode beside options, pops the guard filter
+    # as torch.compile: refuses a mode beside options, pops the guard filter
+    def fake_compile(fn, **kw):
         assert kw.get("mode") is None or kw.get("options") is None, "a mode or options, not both"
         seen.append((kw["options"].pop("guard_filter_fn", None), dict(kw["options"])))
         return fn
@@ -175,7 +235,8 @@ def test_every_compiled_step_gets_the_guard_filter_and_cuda_graphs_on_a_gpu(monk
     for model in (cpu, gpu):
         static.compiled(model)
         static.compiled(model, "encoder")
-    assert [f for f, _ in seen] == [static.OPTIONS["guard_filter_fn"]] * 4  # the filter is never used up
+    # the filter is never used up
+    assert [f for f, _ in seen] == [static.OPTIONS["guard_filter_fn"]] * 4
     assert [o for _, o in seen] == [{}, {}, static.CUDA_GRAPHS, static.CUDA_GRAPHS]
 
 
@@ -192,14 +253,19 @@ def test_compiled_steps_equal_eager(pairs, arch, draft):
     seconds = static.warm_up(large, prompt(0), small=small, max_new_tokens=N_NEW)
     assert seconds > 0
     for seed, length in [(0, 5), (1, 6), (2, 7), (3, 60)]:
-        # inputs of several lengths reuse the compiled steps; the last needs a longer cache than warm_up made (its
-        # calls run every guard and compile, and only its later calls skip the guards)
+        # inputs of several lengths reuse the compiled steps; the last needs a longer cache than
+        # warm_up made (its calls run every guard and compile, and only its later calls skip the
+        # guards)
         x = prompt(seed, length)
         for name, kw in list(METHODS.items())[:5]:
             kw = dict(kw, small=small, max_new_tokens=N_NEW, eos_token_id=[])
             ref = bildlab.generate(large, x, cache="static", **kw)
             out = bildlab.generate(large, x, cache="static", compile=True, **kw)
             assert out.tokens == ref.tokens, name
-        kw = dict(method="speculative", do_sample=True, k=3, small=small, max_new_tokens=N_NEW, seed=seed)
-        assert bildlab.generate(large, x, cache="static", compile=True, **kw).tokens == \
-            bildlab.generate(large, x, **kw).tokens
+        kw = dict(
+            method="speculative", do_sample=True, k=3, small=small, max_new_tokens=N_NEW, seed=seed
+        )
+        assert (
+            bildlab.generate(large, x, cache="static", compile=True, **kw).tokens
+            == bildlab.generate(large, x, **kw).tokens
+        )

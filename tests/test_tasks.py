@@ -8,11 +8,18 @@ import statistics
 
 import pytest
 
-from bildlab.world import tasks
-from bildlab.world.tasks import toy_mt, toy_sum
 from bildlab.measure.metrics import split_sentences
-from bildlab.world.tasks import (PAPER_TASKS, SPLITS, TOY_SIZES, TOY_TASKS, load_task,
-                           task_metric)
+from bildlab.world import tasks
+from bildlab.world.tasks import (
+    PAPER_TASKS,
+    SPLITS,
+    TOY_SIZES,
+    TOY_TASKS,
+    load_task,
+    task_metric,
+    toy_mt,
+    toy_sum,
+)
 
 # sha256 of json.dumps(load_task(name, "validation")): changes here need a VERSION bump
 VALIDATION_DIGESTS = {
@@ -114,8 +121,16 @@ def test_cache_file_is_read(small):
     assert load_task("toy-mt", "validation") == edited
 
 
-@pytest.mark.parametrize("garbage", ['{"source": "a", "targ', "not json at all\n", "", '{"source": 1}\n',
-                                     b"\xff\xfe\x00".decode("latin-1")])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        '{"source": "a", "targ',
+        "not json at all\n",
+        "",
+        '{"source": 1}\n',
+        b"\xff\xfe\x00".decode("latin-1"),
+    ],
+)
 def test_corrupt_cache_is_regenerated(small, garbage):
     expected = load_task("toy-mt", "validation")
     path = tasks.cache_path("toy-mt", "validation")
@@ -147,13 +162,22 @@ def test_default_cache_folder(tmp_path, monkeypatch):
 def test_task_lists_and_metrics():
     assert TOY_TASKS == ("toy-mt", "toy-sum")
     assert PAPER_TASKS == ("iwslt2017-de-en", "wmt14-de-en", "xsum", "cnn_dailymail")
-    assert [task_metric(n) for n in TOY_TASKS + PAPER_TASKS] == ["bleu", "rougeL", "bleu", "bleu",
-                                                                 "rougeL", "rougeL"]
+    assert [task_metric(n) for n in TOY_TASKS + PAPER_TASKS] == [
+        "bleu",
+        "rougeL",
+        "bleu",
+        "bleu",
+        "rougeL",
+        "rougeL",
+    ]
 
 
 def test_bad_arguments(cache):
-    with pytest.raises(ValueError, match="unknown task 'toy-xx'; known tasks: toy-mt, toy-sum, "
-                                         "iwslt2017-de-en, wmt14-de-en, xsum, cnn_dailymail"):
+    with pytest.raises(
+        ValueError,
+        match="unknown task 'toy-xx'; known tasks: toy-mt, toy-sum, "
+        "iwslt2017-de-en, wmt14-de-en, xsum, cnn_dailymail",
+    ):
         load_task("toy-xx", "train")
     with pytest.raises(ValueError, match="unknown task 'nope'.*toy-mt"):
         task_metric("nope")
@@ -191,22 +215,39 @@ def mt_forms():
     for idiom in lex["verb_idioms"]:
         for slot, form in enumerate(idiom["tgt"]):
             tgt_verb[form] = slot
-    src_adj = {a["src"] + s: i for i, a in enumerate(lex["adjs"]) for s in toy_mt.SRC_SUFFIX.values()}
+    src_adj = {
+        a["src"] + s: i for i, a in enumerate(lex["adjs"]) for s in toy_mt.SRC_SUFFIX.values()
+    }
     tgt_adj = {form: i for i, a in enumerate(lex["adjs"]) for form in a["tgt"]}
-    src_noun = {n["src"] + toy_mt.SRC_SUFFIX[n["gender"], num]: i
-                for i, n in enumerate(lex["nouns"]) for num in ("sg", "pl")}
+    src_noun = {
+        n["src"] + toy_mt.SRC_SUFFIX[n["gender"], num]: i
+        for i, n in enumerate(lex["nouns"])
+        for num in ("sg", "pl")
+    }
     tgt_noun = {form: i for i, n in enumerate(lex["nouns"]) for form in n["tgt"]}
-    return dict(src_verb=src_verb, tgt_verb=tgt_verb, src_adj=src_adj, tgt_adj=tgt_adj,
-                src_noun=src_noun, tgt_noun=tgt_noun)
+    return dict(
+        src_verb=src_verb,
+        tgt_verb=tgt_verb,
+        src_adj=src_adj,
+        tgt_adj=tgt_adj,
+        src_noun=src_noun,
+        tgt_noun=tgt_noun,
+    )
 
 
 def test_mt_lexicon_is_deterministic_and_unambiguous():
     lex = toy_mt._build_mt_lexicon()
     assert lex == toy_mt._build_mt_lexicon()
     assert len(lex["nouns"]) == toy_mt.N_NOUNS
-    assert len(lex["verbs"]) == toy_mt.N_INTRANSITIVE + toy_mt.N_CLAUSAL + toy_mt.N_TRANSITIVE + toy_mt.N_POLYSEMOUS
-    n_lexemes = sum(len(lex[k]) for k in ("nouns", "adjs", "advs", "verbs", "verb_idioms", "compounds"))
-    assert n_lexemes > 350  # v2: about 330 lemmas + 70 multi-word expressions (learnable by the toy zoo in an hour)
+    assert (
+        len(lex["verbs"])
+        == toy_mt.N_INTRANSITIVE + toy_mt.N_CLAUSAL + toy_mt.N_TRANSITIVE + toy_mt.N_POLYSEMOUS
+    )
+    n_lexemes = sum(
+        len(lex[k]) for k in ("nouns", "adjs", "advs", "verbs", "verb_idioms", "compounds")
+    )
+    # v2: about 330 lemmas + 70 multi-word expressions (learnable by the toy zoo in an hour)
+    assert n_lexemes > 350
     # every target form belongs to exactly one lexeme
     lexemes = [n["tgt"] for n in lex["nouns"]] + [a["tgt"] for a in lex["adjs"]]
     lexemes += [(a["tgt"],) for a in lex["advs"]] + [c["tgt"] for c in lex["compounds"]]
@@ -234,7 +275,8 @@ def test_mt_target_vocabulary_size(data):
     source = {w for e in data("toy-mt", "train") for w in e["source"].split()}
     vocab = collections.Counter(w for e in data("toy-mt", "train") for w in e["target"].split())
     assert 800 <= len(vocab) <= 1500
-    assert 2500 <= len(source | set(vocab)) <= 4000  # a few thousand word forms in the two languages
+    # a few thousand word forms in the two languages
+    assert 2500 <= len(source | set(vocab)) <= 4000
     assert sum(c >= 5 for c in vocab.values()) > 0.9 * len(vocab)  # most forms are learnable
 
 
@@ -320,11 +362,15 @@ def test_mt_subject_verb_agreement_and_pro_drop(data):
 def test_mt_multiword_expressions(data):
     lex = tasks.mt_lexicon()
     src_verb, src_noun = mt_forms()["src_verb"], mt_forms()["src_noun"]
-    idioms = {(lex["verbs"][i["verb"]]["src"], lex["nouns"][i["noun"]]["src"]): i["tgt"]
-              for i in lex["verb_idioms"]}
+    idioms = {
+        (lex["verbs"][i["verb"]]["src"], lex["nouns"][i["noun"]]["src"]): i["tgt"]
+        for i in lex["verb_idioms"]
+    }
     compounds = {(c["head"], lex["nouns"][c["mod"]]["src"]): c["tgt"] for c in lex["compounds"]}
-    adverbials = {(lex["nouns"][i["noun"]]["src"], toy_mt.POSTPOSITIONS[i["post"]][0]): " ".join(i["tgt"])
-                  for i in lex["adv_idioms"]}
+    adverbials = {
+        (lex["nouns"][i["noun"]]["src"], toy_mt.POSTPOSITIONS[i["post"]][0]): " ".join(i["tgt"])
+        for i in lex["adv_idioms"]
+    }
     found = collections.Counter()
     for e in data("toy-mt", "train")[:20000]:
         src, tgt = e["source"].split(), set(e["target"].split())
@@ -361,7 +407,9 @@ def test_sum_lengths(data):
 
 
 def test_sum_summary_facts_come_from_the_document(data):
-    strip = lambda w: re.sub(r"('s)?[.,;:\"']*$", "", w.strip("\"'"))
+    def strip(w):
+        return re.sub(r"('s)?[.,;:\"']*$", "", w.strip("\"'"))
+
     for e in data("toy-sum", "validation") + data("toy-sum", "test"):
         doc = {strip(w) for w in e["source"].split()}
         for sentence in split_sentences(e["target"]):
@@ -373,14 +421,19 @@ def test_sum_summary_facts_come_from_the_document(data):
 
 def test_sum_documents_have_distractors(data):
     examples = data("toy-sum", "validation")
-    numbers = lambda text: set(re.findall(r"\d[\d,]*\d|\d", text))
+
+    def numbers(text):
+        return set(re.findall(r"\d[\d,]*\d|\d", text))
+
     # most documents (3-5 sentences) hold a number that the summary leaves out, many hold two
     distractors = [len(numbers(e["source"]) - numbers(e["target"])) for e in examples]
     assert sum(n >= 1 for n in distractors) > 0.75 * len(examples)
     assert sum(n >= 2 for n in distractors) > 0.4 * len(examples)
     # the salient sentence is not always first
-    moved = sum(not set(e["target"].split()[:3]) & set(split_sentences(e["source"])[0].split())
-                for e in examples)
+    moved = sum(
+        not set(e["target"].split()[:3]) & set(split_sentences(e["source"])[0].split())
+        for e in examples
+    )
     assert moved > 0.1 * len(examples)
     assert len({e["target"].split()[0] for e in examples}) > 50
 
@@ -394,7 +447,11 @@ def test_sum_templates_only_use_document_slots():
             assert toy_sum._slots(summary) <= toy_sum._slots(lead), event["name"]
         for doc, summary in event["extras"]:
             assert toy_sum._slots(summary) <= toy_sum._slots(doc), event["name"]
-        texts = list(event["lead"]) + [t for pair in event["extras"] for t in pair] + list(event["other"])
+        texts = (
+            list(event["lead"])
+            + [t for pair in event["extras"] for t in pair]
+            + list(event["other"])
+        )
         assert set().union(*map(toy_sum._slots, texts)) <= known
     assert set().union(*map(toy_sum._slots, toy_sum.SUM_FILLERS + toy_sum.SUM_OPENINGS)) <= known
 
@@ -425,38 +482,54 @@ def test_translation_stand_in(offline, tmp_path, name):
 
 
 def test_xsum_stand_in_json(offline, tmp_path):
-    rows = [{"document": "A long story. More text.", "summary": "Short.", "id": "1"},
-            {"document": "Another story.", "summary": "Brief.", "id": "2"}]
+    rows = [
+        {"document": "A long story. More text.", "summary": "Short.", "id": "1"},
+        {"document": "Another story.", "summary": "Brief.", "id": "2"},
+    ]
     path = tmp_path / "xsum.json"
     path.write_text(json.dumps(rows), encoding="utf-8")
     assert load_task("xsum", "test", data_files=path) == [
         {"source": "A long story. More text.", "target": "Short."},
-        {"source": "Another story.", "target": "Brief."}]
+        {"source": "Another story.", "target": "Brief."},
+    ]
 
 
 def test_cnn_dailymail_stand_in_csv(offline, tmp_path):
     path = tmp_path / "cnn.csv"
-    path.write_text('id,article,highlights\n1,"An article, with a comma.",Highlight one.\n'
-                    "2,Second article.,Highlight two.\n", encoding="utf-8")
+    path.write_text(
+        'id,article,highlights\n1,"An article, with a comma.",Highlight one.\n'
+        "2,Second article.,Highlight two.\n",
+        encoding="utf-8",
+    )
     assert load_task("cnn_dailymail", "train", data_files=path) == [
         {"source": "An article, with a comma.", "target": "Highlight one."},
-        {"source": "Second article.", "target": "Highlight two."}]
+        {"source": "Second article.", "target": "Highlight two."},
+    ]
 
 
 def test_stand_in_files_are_the_whole_split(offline, tmp_path):
     # several files are read in order; empty rows dropped; the row count checked when declared
-    a = write_jsonl(tmp_path / "a.jsonl", [{"document": "d1", "summary": "s1"}, {"document": " ", "summary": "s"}])
+    a = write_jsonl(
+        tmp_path / "a.jsonl",
+        [{"document": "d1", "summary": "s1"}, {"document": " ", "summary": "s"}],
+    )
     b = write_jsonl(tmp_path / "b.jsonl", [{"document": "d2", "summary": "s2"}])
-    assert load_task("xsum", "validation", data_files=[a, b]) == [{"source": "d1", "target": "s1"},
-                                                                  {"source": "d2", "target": "s2"}]
+    assert load_task("xsum", "validation", data_files=[a, b]) == [
+        {"source": "d1", "target": "s1"},
+        {"source": "d2", "target": "s2"},
+    ]
     with pytest.raises(ValueError, match="xsum validation: 3 rows in a.jsonl, b.jsonl, expected 4"):
         load_task("xsum", "validation", data_files=[a, b], rows=4)
     with pytest.raises(ValueError, match=r"xsum: row 0 has no column document; it has \['text'\]"):
-        load_task("xsum", "validation", data_files=write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}]))
+        load_task(
+            "xsum", "validation", data_files=write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}])
+        )
 
 
 def test_paper_task_bad_data_files(offline, tmp_path):
-    with pytest.raises(ValueError, match=r"data_files must end in .parquet, .jsonl, .json, .csv; got '.*raw.txt'"):
+    with pytest.raises(
+        ValueError, match=r"data_files must end in .parquet, .jsonl, .json, .csv; got '.*raw.txt'"
+    ):
         load_task("xsum", "test", data_files=str(tmp_path / "raw.txt"))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_task("xsum", "test", data_files=str(tmp_path / "missing.jsonl"))

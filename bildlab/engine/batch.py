@@ -1,11 +1,13 @@
-"""Exact outputs in batches: `decoding.generate`'s greedy, BiLD and greedy speculative outputs, many inputs at once.
+"""Exact outputs in batches: `decoding.generate`'s greedy, BiLD and greedy speculative outputs, many
+inputs at once.
 
     outs = generate_batch(large, [x0, x1, ...], small=small, method="bild", fallback=0.5, rollback=3.0)
     outs[i].tokens == generate(large, xs[i], small=small, method="bild", fallback=0.5, rollback=3.0).tokens
 
-The engine's greedy outputs need no speculation to be computed. At every position, with both models run on the
-committed prefix, its next token follows from the two distributions and a little per-row state, so here both models
-run one position at a time over a batch of rows ("lockstep") and these rules pick the token:
+The engine's greedy outputs need no speculation to be computed. At every position, with both models
+run on the committed prefix, its next token follows from the two distributions and a little per-row
+state, so here both models run one position at a time over a batch of rows ("lockstep") and these
+rules pick the token:
 
     greedy       the large argmax.
     bild         the first token is the large model's. Then, with `run` the small tokens written since the large model
@@ -20,28 +22,31 @@ run one position at a time over a batch of rows ("lockstep") and these rules pic
     prompt-lookup the large argmax; its statistics are replayed from each row's output (`lookup.counts`: a draft
                  copied from the context holds no EOS, so its verification depends on the greedy output alone).
 
-Layout: rows sorted by input length, packed into batches under a memory budget (`memory`: the peak bytes of both
-models' caches, encoder outputs, prefill temporaries and logits, estimated from their geometry by `memory.pack`; at
-most `batch_size` rows a batch). A CUDA out-of-memory error splits the batch in two and decodes the halves (the
-tokens do not depend on the batching); `report`, a dict, receives the budget, the rows of every batch decoded and
-the number of splits. Decoder-only prompts are left-padded, with an attention mask and position ids (built as
-transformers' generate builds them, for a forward that takes them); a model that takes no position ids, whose cache
-holds a state, or whose padded rows do not give the unpadded row's logits (`capabilities.pads`) is never padded: its
-batches hold rows of one length, without a mask (stats["layout"] says so). Encoder-decoder sources are right-padded
-with an encoder attention mask (the decoder rows all start at the decoder start token and stay aligned). Each model
-keeps one KV cache per batch (transformers `Cache`), fed one token per row and step, never cropped; a finished row is
-dropped from the caches (`Cache.reorder_cache`, which every cache has), masks and state at the step it finishes, so
-it costs no further compute (a speculative row whose EOS was accepted inside a draft window runs on to the window's
-end, at most k - 1 positions, for the engine's counts of that window). An early-exit draft (`early_exit.exit_draft`)
-uses the large model's encoder outputs but keeps its own cache (its bottom layers run twice per token; the engine
-recomputes them too, in the large model's pass).
+Layout: rows sorted by input length, packed into batches under a memory budget (`memory`: the peak
+bytes of both models' caches, encoder outputs, prefill temporaries and logits, estimated from their
+geometry by `memory.pack`; at most `batch_size` rows a batch). A CUDA out-of-memory error splits the
+batch in two and decodes the halves (the tokens do not depend on the batching); `report`, a dict,
+receives the budget, the rows of every batch decoded and the number of splits. Decoder-only prompts
+are left-padded, with an attention mask and position ids (built as transformers' generate builds
+them, for a forward that takes them); a model that takes no position ids, whose cache holds a state,
+or whose padded rows do not give the unpadded row's logits (`capabilities.pads`) is never padded:
+its batches hold rows of one length, without a mask (stats["layout"] says so). Encoder-decoder
+sources are right-padded with an encoder attention mask (the decoder rows all start at the decoder
+start token and stay aligned). Each model keeps one KV cache per batch (transformers `Cache`), fed
+one token per row and step, never cropped; a finished row is dropped from the caches
+(`Cache.reorder_cache`, which every cache has), masks and state at the step it finishes, so it costs
+no further compute (a speculative row whose EOS was accepted inside a draft window runs on to the
+window's end, at most k - 1 positions, for the engine's counts of that window). An early-exit draft
+(`early_exit.exit_draft`) uses the large model's encoder outputs but keeps its own cache (its bottom
+layers run twice per token; the engine recomputes them too, in the large model's pass).
 
-Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly: small_tokens,
-large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and fallbacks except for BiLD rows with
-a rollback, where the engine also counts the small model's work on the branch the rollback discarded (more drafted
-tokens, and maybe a fallback at its end), which lockstep never computes. Counts it cannot give are left out and named
-in `stats["inexact"]`, which always names the engine's timings (large_seconds, small_seconds, seconds): rows share
-their model calls. Sampling is refused: a sampled output depends on the random stream of the sequential engine.
+Statistics: each output's `stats` holds the engine's counts that the lockstep trace gives exactly:
+small_tokens, large_tokens, large_calls, accepted and rollbacks always; drafted, small_calls and
+fallbacks except for BiLD rows with a rollback, where the engine also counts the small model's work
+on the branch the rollback discarded (more drafted tokens, and maybe a fallback at its end), which
+lockstep never computes. Counts it cannot give are left out and named in `stats["inexact"]`, which
+always names the engine's timings (large_seconds, small_seconds, seconds): rows share their model
+calls. Sampling is refused: a sampled output depends on the random stream of the sequential engine.
 """
 
 from __future__ import annotations
@@ -51,36 +56,49 @@ from transformers import PreTrainedModel
 
 from . import capabilities
 from . import memory as mem
-from .decoding import Output, _check, decoder_start, eos_ids, is_int, draft_width
+from .decoding import Output, _check, decoder_start, draft_width, eos_ids, is_int
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
-BRANCH = ("small_calls", "drafted", "fallbacks")  # BiLD counts that include the work on a rolled-back branch
+# BiLD counts that include the work on a rolled-back branch
+BRANCH = ("small_calls", "drafted", "fallbacks")
 
 
 class _Rows:
-    """One model run over the rows of a batch, one position per row and call: its KV cache and encoder outputs."""
+    """One model run over the rows of a batch, one position per row and call: its KV cache and
+    encoder outputs."""
 
     def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
         self.model = model
-        fwd = capabilities.forward(model)  # positions: else the model derives them (never padded then)
+        # positions: else the model derives them (never padded then)
+        fwd = capabilities.forward(model)
         self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
-        # a decoder-only model that is never padded gets no mask, as transformers' generate drops an all-ones one
+        # a decoder-only model that is never padded gets no mask, as transformers' generate drops an
+        # all-ones one
         self.masked = model.config.is_encoder_decoder or capabilities.pads(model)
         self.encoded = None
         if model.config.is_encoder_decoder:
             if encoded is None:
                 encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask)
             self.encoded = encoded.last_hidden_state
-            self.wrap = type(encoded)  # the encoder's own output class (MoE models read its router fields)
+            # the encoder's own output class (MoE models read its router fields)
+            self.wrap = type(encoded)
         self.cache = capabilities.new_cache(model, record=False)
 
-    def logits(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+    def logits(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None
+    ) -> torch.Tensor:
         """Feed ids [rows, n] and return float logits [rows, vocab] at the last fed position."""
-        kw = {self.cache_kw: self.cache, "use_cache": True, "attention_mask": mask if self.masked else None}
+        kw = {
+            self.cache_kw: self.cache,
+            "use_cache": True,
+            "attention_mask": mask if self.masked else None,
+        }
         if self.encoded is not None:
-            kw.update(decoder_input_ids=ids, encoder_outputs=self.wrap(last_hidden_state=self.encoded))
+            kw.update(
+                decoder_input_ids=ids, encoder_outputs=self.wrap(last_hidden_state=self.encoded)
+            )
         else:
             kw["input_ids"] = ids
             if self.positions:
@@ -90,14 +108,16 @@ class _Rows:
         return self.model(**kw).logits[:, -1].float()
 
     def select(self, keep: torch.Tensor) -> None:
-        self.cache.reorder_cache(keep)  # beam search's route: every cache layer has it (batch_select_indices not)
+        # beam search's route: every cache layer has it (batch_select_indices not)
+        self.cache.reorder_cache(keep)
         if self.encoded is not None:
             self.encoded = self.encoded[keep]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The rules: from the large (and small) logits at one position of every row and the rows' state, the rows' tokens.
-# Each returns (token, close): close says where the engine's verification window ends at this position.
+# The rules: from the large (and small) logits at one position of every row and the rows' state, the
+# rows' tokens. Each returns (token, close): close says where the engine's verification window ends
+# at this position.
 
 
 def _greedy_step(t, large, small, st, policy):
@@ -112,7 +132,8 @@ def _bild_step(t, large, small, st, policy):
     confidence = small.softmax(-1).gather(-1, token[:, None])[:, 0]
     nll = -large.log_softmax(-1).gather(-1, token[:, None])[:, 0]
     full = st["run"] >= policy["max_small_steps"]  # the N-limit comes before the confidence
-    fell = ~full & (confidence.double() < policy["fallback"])  # float64, as the engine compares its .tolist()
+    # float64, as the engine compares its .tolist()
+    fell = ~full & (confidence.double() < policy["fallback"])
     above = nll > policy["rollback"]  # float32, as the engine
     bad = above & (token != target)
     if policy["rollback_rule"] == "first-above":
@@ -120,7 +141,8 @@ def _bild_step(t, large, small, st, policy):
     written = ~full & ~fell
     rolled = written & bad
     kept = written & ~rolled
-    st["drafts"] += rolled | (~written & (st["run"] > 0))  # a draft ends: a token rejected, or fallback / N-limit
+    # a draft ends: a token rejected, or fallback / N-limit
+    st["drafts"] += rolled | (~written & (st["run"] > 0))
     st["accepted_at"] += _at(st["run"], kept, st["accepted_at"].shape[1])
     st["fallbacks"] += fell
     st["rollbacks"] += rolled
@@ -132,11 +154,13 @@ def _bild_step(t, large, small, st, policy):
 
 def _speculative_step(t, large, small, st, policy):
     target = large.argmax(-1)
-    width = (policy["max_new_tokens"] - st["start"]).clamp_max(policy["k"])  # the window's drafted tokens, m
+    # the window's drafted tokens, m
+    width = (policy["max_new_tokens"] - st["start"]).clamp_max(policy["k"])
     drafting = st["run"] < width
     accept = drafting & (small.argmax(-1) == target)
     close = ~accept if t + 1 < policy["max_new_tokens"] else torch.ones_like(accept)
-    st["small_tokens"] += accept & ~st["ended"]  # after an accepted EOS the window runs on, counting no tokens
+    # after an accepted EOS the window runs on, counting no tokens
+    st["small_tokens"] += accept & ~st["ended"]
     st["accepted_at"] += _at(st["run"], accept & ~st["ended"], policy["k"])
     st["drafts"] += close & (width > 0)
     st["rollbacks"] += drafting & ~accept
@@ -153,23 +177,41 @@ def _at(position: torch.Tensor, accepted: torch.Tensor, width: int) -> torch.Ten
 
 
 STEPS = {"greedy": _greedy_step, "bild": _bild_step, "speculative": _speculative_step}
-STATE = {"greedy": (), "bild": ("run", "small_tokens", "fallbacks", "rollbacks", "drafts"),
-         "speculative": ("run", "start", "small_tokens", "rollbacks", "drafted", "large_calls", "drafts")}
+STATE = {
+    "greedy": (),
+    "bild": ("run", "small_tokens", "fallbacks", "rollbacks", "drafts"),
+    "speculative": (
+        "run",
+        "start",
+        "small_tokens",
+        "rollbacks",
+        "drafted",
+        "large_calls",
+        "drafts",
+    ),
+}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # One batch
 
 
-def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[torch.Tensor], method: str,
-              policy: dict, eos: torch.Tensor) -> list[Output]:
+def _lockstep(
+    large: PreTrainedModel,
+    small: PreTrainedModel | None,
+    xs: list[torch.Tensor],
+    method: str,
+    policy: dict,
+    eos: torch.Tensor,
+) -> list[Output]:
     """Decode the rows `xs` together; `small` is None when the method never drafts."""
     B, budget, device = len(xs), policy["max_new_tokens"], large.device
     if budget == 0:
         return [Output([], _stats(method, small, None, policy)) for _ in xs]
     lengths = torch.tensor([x.shape[1] for x in xs], device=device)
     P = int(lengths.max())
-    if large.config.is_encoder_decoder:  # right padding, the encoder mask also masks cross-attention
+    # right padding, the encoder mask also masks cross-attention
+    if large.config.is_encoder_decoder:
         source = torch.zeros((B, P), dtype=torch.long, device=device)
         mask = torch.zeros((B, P), dtype=torch.long, device=device)
         for i, x in enumerate(xs):
@@ -177,10 +219,16 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
         models = [_Rows(large, source, mask)]
         if small is not None:
             first = models[0]
-            shared = first.wrap(last_hidden_state=first.encoded) if shares_bottom_layers(small, large) else None
+            shared = (
+                first.wrap(last_hidden_state=first.encoded)
+                if shares_bottom_layers(small, large)
+                else None
+            )
             models.append(_Rows(small, source, mask, shared))
         ids, positions, masks = torch.full((B, 1), decoder_start(large), device=device), None, None
-    else:  # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens only
+    # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens
+    # only
+    else:
         ids = torch.zeros((B, P), dtype=torch.long, device=device)
         masks = torch.ones((B, P + budget), dtype=torch.long, device=device)
         for i, x in enumerate(xs):
@@ -197,7 +245,8 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
     if rule != "greedy":  # per row, the drafts whose i-th token was accepted
         width = draft_width(rule, policy["k"], policy["max_small_steps"])
         st["accepted_at"] = torch.zeros((B, width), dtype=torch.long, device=device)
-    st["above"] = zeros.bool()  # BiLD "first-above": a small token above the threshold since the large model chose
+    # BiLD "first-above": a small token above the threshold since the large model chose
+    st["above"] = zeros.bool()
     st["ended"] = zeros.bool()  # the output has its EOS
     st["length"] = torch.full((B,), budget, device=device)
     rows = torch.arange(B, device=device)  # each active row's index in xs
@@ -234,27 +283,58 @@ def _lockstep(large: PreTrainedModel, small: PreTrainedModel | None, xs: list[to
             mask = masks[:, : P + t + 1]
             positions = (lengths + t)[:, None]
     tokens = tokens.tolist()
-    return [Output(tokens[i][: final[i]["length"]], _stats(method, small, final[i], policy)) for i in range(B)]
+    return [
+        Output(tokens[i][: final[i]["length"]], _stats(method, small, final[i], policy))
+        for i in range(B)
+    ]
 
 
 def _stats(method: str, small, st: dict | None, policy: dict) -> dict:
-    """The engine's counts for one row, from its final lockstep state; those it cannot give, named in 'inexact'."""
+    """The engine's counts for one row, from its final lockstep state; those it cannot give, named
+    in 'inexact'."""
     n = st["length"] if st else 0
     if small is None or not st:  # the large model alone, or nothing to decode
-        stats = dict(small_tokens=0, large_tokens=n, small_calls=0, large_calls=n, drafted=0, accepted=0,
-                     fallbacks=0, rollbacks=0, drafts=0,
-                     accepted_at=[0] * draft_width(method, policy["k"], policy["max_small_steps"]))
+        stats = dict(
+            small_tokens=0,
+            large_tokens=n,
+            small_calls=0,
+            large_calls=n,
+            drafted=0,
+            accepted=0,
+            fallbacks=0,
+            rollbacks=0,
+            drafts=0,
+            accepted_at=[0] * draft_width(method, policy["k"], policy["max_small_steps"]),
+        )
     elif method == "bild":
         kept = st["small_tokens"]
-        stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=kept + st["fallbacks"],
-                     large_calls=n - kept + int(st["run"] > 0), drafted=kept, accepted=kept, fallbacks=st["fallbacks"],
-                     rollbacks=st["rollbacks"], drafts=st["drafts"] + int(st["run"] > 0),
-                     accepted_at=st["accepted_at"])  # the last call verified small tokens and added none: run > 0
+        stats = dict(
+            small_tokens=kept,
+            large_tokens=n - kept,
+            small_calls=kept + st["fallbacks"],
+            large_calls=n - kept + int(st["run"] > 0),
+            drafted=kept,
+            accepted=kept,
+            fallbacks=st["fallbacks"],
+            rollbacks=st["rollbacks"],
+            drafts=st["drafts"] + int(st["run"] > 0),
+            # the last call verified small tokens and added none: run > 0
+            accepted_at=st["accepted_at"],
+        )
     else:
         kept = st["small_tokens"]
-        stats = dict(small_tokens=kept, large_tokens=n - kept, small_calls=st["drafted"],
-                     large_calls=st["large_calls"], drafted=st["drafted"], accepted=kept, fallbacks=0,
-                     rollbacks=st["rollbacks"], drafts=st["drafts"], accepted_at=st["accepted_at"])
+        stats = dict(
+            small_tokens=kept,
+            large_tokens=n - kept,
+            small_calls=st["drafted"],
+            large_calls=st["large_calls"],
+            drafted=st["drafted"],
+            accepted=kept,
+            fallbacks=0,
+            rollbacks=st["rollbacks"],
+            drafts=st["drafts"],
+            accepted_at=st["accepted_at"],
+        )
     inexact = list(BRANCH) if method == "bild" and stats["rollbacks"] else []
     for key in inexact:
         del stats[key]
@@ -286,16 +366,20 @@ def generate_batch(
     report: dict | None = None,
     ngram: int = 2,
 ) -> list[Output]:
-    """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens equal
-    `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n] LongTensors; the keywords
-    are `generate`'s. Methods greedy, bild, (greedy) speculative and prompt-lookup; see the module docstring for
-    `stats`. `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free memory
-    less a margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill
-    with {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory splits}."""
+    """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens
+    equal `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n]
+    LongTensors; the keywords are `generate`'s. Methods greedy, bild, (greedy) speculative and
+    prompt-lookup; see the module docstring for `stats`. `memory`: the bytes a batch may take (an
+    int, or a size such as "12GiB"; None: the device's free memory less a margin,
+    `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill
+    with {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory
+    splits}."""
     if method == "sample" or do_sample is True:
-        raise ValueError("generate_batch computes greedy outputs only: a sampled output (method='sample', "
-                         "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
-                         "not reproduce; use generate for sampling")
+        raise ValueError(
+            "generate_batch computes greedy outputs only: a sampled output (method='sample', "
+            "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
+            "not reproduce; use generate for sampling"
+        )
     if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
     mem.parse(memory)
@@ -303,14 +387,37 @@ def generate_batch(
         raise TypeError(f"report must be None or a dict to fill; got {type(report).__name__}")
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of [1, n] LongTensors; got {type(inputs).__name__}")
-    policy = dict(max_new_tokens=max_new_tokens, k=k, fallback=fallback, rollback=rollback,
-                  max_small_steps=max_small_steps, rollback_rule=rollback_rule)
+    policy = dict(
+        max_new_tokens=max_new_tokens,
+        k=k,
+        fallback=fallback,
+        rollback=rollback,
+        max_small_steps=max_small_steps,
+        rollback_rule=rollback_rule,
+    )
 
     def check(x):
-        return _check(large, x, small, method, max_new_tokens, k, fallback, rollback, max_small_steps, do_sample,
-                      1.0, None, None, None, rollback_rule, ngram)
+        return _check(
+            large,
+            x,
+            small,
+            method,
+            max_new_tokens,
+            k,
+            fallback,
+            rollback,
+            max_small_steps,
+            do_sample,
+            1.0,
+            None,
+            None,
+            None,
+            rollback_rule,
+            ngram,
+        )
 
-    check(torch.ones((1, 1), dtype=torch.long))  # the models and the policy, before any input is named
+    # the models and the policy, before any input is named
+    check(torch.ones((1, 1), dtype=torch.long))
     xs = []
     for i, x in enumerate(inputs):
         try:
@@ -318,20 +425,26 @@ def generate_batch(
         except (TypeError, ValueError) as e:
             raise type(e)(f"inputs[{i}]: {e}") from None
     eos = torch.tensor(sorted(eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
-    drafts = method == "speculative" or (method == "bild" and fallback < 1.0)  # as the engine starts its drafter
+    # as the engine starts its drafter
+    drafts = method == "speculative" or (method == "bild" and fallback < 1.0)
     capabilities.require_pair(large, small, method, drafts, batch=True)
     equal = _equal_lengths(large, small if drafts else None)
     budget = mem.budget(memory, large.device)
-    models = [large] + ([small] if drafts else [])  # an early-exit draft keeps a cache of its own too
+    # an early-exit draft keeps a cache of its own too
+    models = [large] + ([small] if drafts else [])
     lengths = [x.shape[1] for x in xs]
-    batches = mem.pack(lengths, [mem.geometry(m) for m in models], max_new_tokens, budget, batch_size)
+    batches = mem.pack(
+        lengths, [mem.geometry(m) for m in models], max_new_tokens, budget, batch_size
+    )
     if equal:
         batches = _by_length(batches, lengths)
     layout = {"memory": budget, "batches": [], "splits": 0}
 
     def decode(rows: list[int]) -> list[Output]:
         try:
-            outs = _lockstep(large, small if drafts else None, [xs[i] for i in rows], method, policy, eos)
+            outs = _lockstep(
+                large, small if drafts else None, [xs[i] for i in rows], method, policy, eos
+            )
         except torch.OutOfMemoryError:
             if len(rows) == 1:
                 raise
@@ -348,11 +461,14 @@ def generate_batch(
             if equal:
                 out.stats["layout"] = EQUAL
             outputs[i] = out
-    if method == "prompt-lookup":  # the greedy outputs, with the engine's counts of their verifications
+    # the greedy outputs, with the engine's counts of their verifications
+    if method == "prompt-lookup":
         ids = frozenset(eos.tolist())
         for x, out in zip(xs, outputs):
             c = lookup_counts(x[0].tolist(), out.tokens, ngram, k, max_new_tokens, ids)
-            out.stats.update(c, small_tokens=c["accepted"], large_tokens=len(out.tokens) - c["accepted"])
+            out.stats.update(
+                c, small_tokens=c["accepted"], large_tokens=len(out.tokens) - c["accepted"]
+            )
     if report is not None:
         report.update(layout)
     return outputs
@@ -365,7 +481,9 @@ EQUAL = "equal-length batches: left padding would change this model's tokens (ca
 
 
 def _equal_lengths(large: PreTrainedModel, small: PreTrainedModel | None) -> bool:
-    return not large.config.is_encoder_decoder and not all(capabilities.pads(m) for m in (large, small) if m)
+    return not large.config.is_encoder_decoder and not all(
+        capabilities.pads(m) for m in (large, small) if m
+    )
 
 
 def _by_length(batches: list[list[int]], lengths: list[int]) -> list[list[int]]:

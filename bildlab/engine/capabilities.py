@@ -1,7 +1,8 @@
 """What a model allows the engine to do exactly, checked once per model before the first token.
 
-bildlab's tokens are transformers' greedy tokens or bildlab refuses, before any token, with `Unsupported` (one
-exception type, a ValueError) naming the model class, the method and the reason. What is checked:
+bildlab's tokens are transformers' greedy tokens or bildlab refuses, before any token, with
+`Unsupported` (one exception type, a ValueError) naming the model class, the method and the reason.
+What is checked:
 
     forward     the cache argument (`cache`, or `past_key_values` before its rename): a model without one is refused;
                 position ids: a decoder-only forward that takes them gets them built from the attention mask, as
@@ -31,7 +32,8 @@ from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 
 
 class Unsupported(ValueError):
-    """bildlab cannot give this model's exact tokens with this method; raised before the first token."""
+    """bildlab cannot give this model's exact tokens with this method; raised before the first
+    token."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +42,11 @@ class Forward:
 
     cache_kw: str | None  # the cache argument; None: the forward takes no cache
     keep_kw: bool  # logits_to_keep
-    positions: bool  # decoder-only and takes position_ids: built from the attention mask, as transformers' generate
+    # decoder-only and takes position_ids: built from the attention mask, as transformers' generate
+    positions: bool
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def forward_of(cls: type) -> Forward:
     params = inspect.signature(cls.forward).parameters
     cache_kw = next((k for k in ("cache", "past_key_values") if k in params), None)
@@ -51,17 +54,18 @@ def forward_of(cls: type) -> Forward:
 
 
 def forward(model: PreTrainedModel) -> Forward:
-    """What this model's forward takes; `positions` only for a decoder-only model (transformers' generate passes no
-    decoder position ids)."""
+    """What this model's forward takes; `positions` only for a decoder-only model (transformers'
+    generate passes no decoder position ids)."""
     fwd = forward_of(type(model))
     return dataclasses.replace(fwd, positions=fwd.positions and not model.config.is_encoder_decoder)
 
 
 def new_cache(model: PreTrainedModel, record: bool = True):
-    """The KV cache bildlab builds for one model (`views.View`, `batch._Rows`), as transformers' generate builds it."""
+    """The KV cache bildlab builds for one model (`views.View`, `batch._Rows`), as transformers'
+    generate builds it."""
     if model.config.is_encoder_decoder:
-        # layers are added as the decoder uses them: a config-built cache takes the encoder's layer count
-        # (transformers 5.x), which breaks models with more decoder than encoder layers
+        # layers are added as the decoder uses them: a config-built cache takes the encoder's layer
+        # count (transformers 5.x), which breaks models with more decoder than encoder layers
         return EncoderDecoderCache(DynamicCache(), DynamicCache())
     cache = DynamicCache(config=model.config)  # knows sliding-window and linear-attention layers
     if record:
@@ -70,7 +74,8 @@ def new_cache(model: PreTrainedModel, record: bool = True):
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids from a [rows, n] attention mask, as transformers' generate: real tokens count from 0, pads 0."""
+    """Position ids from a [rows, n] attention mask, as transformers' generate: real tokens count
+    from 0, pads 0."""
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
 
 
@@ -80,11 +85,14 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class Cache:
-    error: str | None  # a one-token-a-step forward failed on bildlab's cache: its exception, one line
-    chunks: str | None  # why several new tokens fed at once (a verification) are not one token after another
+    # a one-token-a-step forward failed on bildlab's cache: its exception, one line
+    error: str | None
+    # why several new tokens fed at once (a verification) are not one token after another
+    chunks: str | None
     croppable: bool
     kind: str  # what the cache holds, for messages
-    pads: bool = False  # decoder-only: a left-padded row gets the unpadded row's logits (prefill and a step)
+    # decoder-only: a left-padded row gets the unpadded row's logits (prefill and a step)
+    pads: bool = False
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -95,7 +103,8 @@ def _one_line(e: Exception) -> str:
 
 
 def _feed(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tensor:
-    """Float logits [rows, n, vocab] of feeding ids [rows, n] on `cache` (`past` positions cached, or `mask`)."""
+    """Float logits [rows, n, vocab] of feeding ids [rows, n] on `cache` (`past` positions cached,
+    or `mask`)."""
     kw = {fwd.cache_kw: cache, "use_cache": True}
     if encoded is not None:
         kw.update(encoder_outputs=encoded, decoder_input_ids=ids)
@@ -104,8 +113,11 @@ def _feed(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tens
         if mask is not None:
             kw["attention_mask"] = mask
         if fwd.positions:
-            kw["position_ids"] = (positions(mask)[:, -ids.shape[1]:] if mask is not None else
-                                  torch.arange(past, past + ids.shape[1], device=ids.device)[None])
+            kw["position_ids"] = (
+                positions(mask)[:, -ids.shape[1] :]
+                if mask is not None
+                else torch.arange(past, past + ids.shape[1], device=ids.device)[None]
+            )
     return model(**kw).logits.float()
 
 
@@ -114,14 +126,16 @@ def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor, noise: float = 0.0) -> bool:
-    """Beyond rounding: ten times the `noise` seen between two equal computations, and 1e-4 of the logits' scale."""
+    """Beyond rounding: ten times the `noise` seen between two equal computations, and 1e-4 of the
+    logits' scale."""
     return _gap(a, b) > 10 * noise + 1e-4 * a.abs().max().item()
 
 
 @torch.inference_mode()
 def probe(model: PreTrainedModel) -> Cache:
-    """On a fresh cache: a prefill (two prompt tokens, or one decoder token after a two-token source) -- can the cache
-    then be cropped? -- and a step of one token; then `_chunks` and `_pads`. Once per model."""
+    """On a fresh cache: a prefill (two prompt tokens, or one decoder token after a two-token
+    source) -- can the cache then be cropped? -- and a step of one token; then `_chunks` and
+    `_pads`. Once per model."""
     if model in _PROBED:
         return _PROBED[model]
     fwd, device, vocab = forward(model), model.device, model.config.get_text_config().vocab_size
@@ -133,15 +147,21 @@ def probe(model: PreTrainedModel) -> Cache:
     try:
         cache = new_cache(model)
         if model.config.is_encoder_decoder:
-            encoded = model.get_encoder()(input_ids=ids([3, 4]), return_dict=True)  # as views.View runs it
+            # as views.View runs it
+            encoded = model.get_encoder()(input_ids=ids([3, 4]), return_dict=True)
             prefix = ids([model.generation_config.decoder_start_token_id or 0])
         else:
             prefix = ids([3, 4])
         first = _feed(model, fwd, cache, prefix, encoded=encoded)
-        croppable = bool(cache.is_croppable)  # after a prefill, as transformers' assisted generation checks it
+        # after a prefill, as transformers' assisted generation checks it
+        croppable = bool(cache.is_croppable)
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         layers = {type(layer).__name__ for layer in getattr(self_cache, "layers", [])}
-        kind = "a recurrent state" if any("Linear" in n for n in layers) else ", ".join(sorted(layers)) or "empty"
+        kind = (
+            "a recurrent state"
+            if any("Linear" in n for n in layers)
+            else ", ".join(sorted(layers)) or "empty"
+        )
         step = _feed(model, fwd, cache, ids([5]), prefix.shape[1], encoded=encoded)
     except Exception as e:  # noqa: BLE001 -- any failure here is a model bildlab cannot run: refused, with its reason
         found = _PROBED[model] = Cache(_one_line(e), None, False, "unknown")
@@ -153,9 +173,10 @@ def probe(model: PreTrainedModel) -> Cache:
 
 
 def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
-    """Why tokens fed several at once, as a verification feeds them, do not give the logits of one token after another
-    (None: they do): the first token must not see the second; a pad token must not move the positions after it (a
-    model that derives positions from the tokens, as M2M100's decoder)."""
+    """Why tokens fed several at once, as a verification feeds them, do not give the logits of one
+    token after another (None: they do): the first token must not see the second; a pad token must
+    not move the positions after it (a model that derives positions from the tokens, as M2M100's
+    decoder)."""
 
     def feed(*tokens):
         return _feed(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
@@ -167,8 +188,10 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
         chunk = feed(6, 7)
         back(2)
         if _differs(chunk[0], feed(6, 8)[0]):
-            return ("a token sees the tokens fed after it in the same call: not a causal decoder (for a BERT-like "
-                    "model, config.is_decoder=False)")
+            return (
+                "a token sees the tokens fed after it in the same call: not a causal decoder (for a BERT-like "
+                "model, config.is_decoder=False)"
+            )
         pad = model.generation_config.pad_token_id
         if isinstance(pad, int):
             back(2)
@@ -179,8 +202,10 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
             back(2)
             feed(pad)
             if _differs(padded[1], feed(7)[-1], noise):
-                return (f"fed at once after the pad token ({pad}), a token gets another position than one after "
-                        "another: this model derives positions from the tokens")
+                return (
+                    f"fed at once after the pad token ({pad}), a token gets another position than one after "
+                    "another: this model derives positions from the tokens"
+                )
         back(2)
     except Exception as e:  # noqa: BLE001
         return _one_line(e)
@@ -188,40 +213,70 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
 
 
 def _pads(model, fwd, ids, first, step) -> bool:
-    """Whether a row left-padded by one gets the unpadded row's logits at the prefill and the next step (beyond the
-    rounding between a batch row and the same row alone)."""
+    """Whether a row left-padded by one gets the unpadded row's logits at the prefill and the next
+    step (beyond the rounding between a batch row and the same row alone)."""
     pad = model.generation_config.pad_token_id
     pad = pad if isinstance(pad, int) else 0
     try:
         cache = new_cache(model, record=False)
         mask = torch.tensor([[0, 1, 1], [1, 1, 1]], device=first.device)
         batch = _feed(model, fwd, cache, ids([pad, 3, 4], [9, 3, 4]), mask=mask)
-        noise = _gap(batch[1, -1], _feed(model, fwd, new_cache(model, record=False), ids([9, 3, 4]))[0, -1])
+        noise = _gap(
+            batch[1, -1], _feed(model, fwd, new_cache(model, record=False), ids([9, 3, 4]))[0, -1]
+        )
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         after = _feed(model, fwd, cache, ids([5], [5]), mask=mask)
-        return not _differs(batch[0, -1], first[0, -1], noise) and not _differs(after[0, -1], step[0, -1], noise)
+        return not _differs(batch[0, -1], first[0, -1], noise) and not _differs(
+            after[0, -1], step[0, -1], noise
+        )
     except Exception:  # noqa: BLE001 -- a model that cannot take a padded batch is batched without padding
         return False
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The generation config's logits processors (transformers' `GenerationMixin._get_logits_processor`, greedy)
+# The generation config's logits processors (transformers' `GenerationMixin._get_logits_processor`,
+# greedy)
 
-_NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "guidance_scale": 1.0,
-            "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0}
-PROCESSORS = ("forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
-              "repetition_penalty", "encoder_repetition_penalty", "min_length", "min_new_tokens", "bad_words_ids",
-              "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "exponential_decay_length_penalty",
-              "guidance_scale", "watermarking_config")
+_NEUTRAL = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "guidance_scale": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": 0,
+}
+PROCESSORS = (
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "repetition_penalty",
+    "encoder_repetition_penalty",
+    "min_length",
+    "min_new_tokens",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "sequence_bias",
+    "exponential_decay_length_penalty",
+    "guidance_scale",
+    "watermarking_config",
+)
 
 
 def processors(model: PreTrainedModel) -> list[str]:
-    """The settings of the model's generation config that make transformers' greedy generate process the logits."""
+    """The settings of the model's generation config that make transformers' greedy generate process
+    the logits."""
     config = model.generation_config
     found = []
     for name in PROCESSORS:
         value = getattr(config, name, None)
-        if value is None or value == _NEUTRAL.get(name) or (isinstance(value, (list, tuple, dict)) and not value):
+        if (
+            value is None
+            or value == _NEUTRAL.get(name)
+            or (isinstance(value, (list, tuple, dict)) and not value)
+        ):
             continue
         found.append(f"{name}={value!r}")
     return found
@@ -231,43 +286,58 @@ def processors(model: PreTrainedModel) -> list[str]:
 # The check that `generate` and `generate_batch` make before the first token
 
 
-def require(model: PreTrainedModel, method: str, rolls_back: bool, batch: bool = False,
-            role: str = "model") -> Forward:
-    """Refuse (`Unsupported`) what cannot be exact for `model` with `method`; `rolls_back`: the engine will crop the
-    cache (a draft runs). Returns what the forward takes."""
+def require(
+    model: PreTrainedModel, method: str, rolls_back: bool, batch: bool = False, role: str = "model"
+) -> Forward:
+    """Refuse (`Unsupported`) what cannot be exact for `model` with `method`; `rolls_back`: the
+    engine will crop the cache (a draft runs). Returns what the forward takes."""
     name = type(model).__name__
     where = f"{name}: method {method!r}" + (" in generate_batch" if batch else "")
     if role != "model":
         where += f" (as the {role} model)"
     fwd = forward(model)
     if fwd.cache_kw is None:
-        raise Unsupported(f"{where} needs a forward that takes a cache (past_key_values); this model's forward takes "
-                          "none, and bildlab does not re-feed the whole sequence at every step")
+        raise Unsupported(
+            f"{where} needs a forward that takes a cache (past_key_values); this model's forward takes "
+            "none, and bildlab does not re-feed the whole sequence at every step"
+        )
     settings = processors(model)
     if settings:
-        raise Unsupported(f"{where}: the generation config sets {', '.join(settings)}, which transformers' generate "
-                          "applies as logits processors and bildlab does not; clear them on model.generation_config "
-                          "(e.g. model.generation_config.forced_eos_token_id = None) to decode without them")
+        raise Unsupported(
+            f"{where}: the generation config sets {', '.join(settings)}, which transformers' generate "
+            "applies as logits processors and bildlab does not; clear them on model.generation_config "
+            "(e.g. model.generation_config.forced_eos_token_id = None) to decode without them"
+        )
     cache = probe(model)
     if cache.error is not None:
         raise Unsupported(f"{where}: its forward fails on bildlab's cache ({cache.error})")
     if rolls_back and not batch and not cache.croppable:
-        raise Unsupported(f"{where} needs a cache that can be cropped (this model's cache holds {cache.kind}); "
-                          "greedy and generate_batch work")
+        raise Unsupported(
+            f"{where} needs a cache that can be cropped (this model's cache holds {cache.kind}); "
+            "greedy and generate_batch work"
+        )
     if rolls_back and not batch and cache.chunks is not None:
-        raise Unsupported(f"{where} needs a forward that takes several new tokens at once on its cache, as one "
-                          f"token after another, to verify a draft ({cache.chunks}); greedy and generate_batch work")
+        raise Unsupported(
+            f"{where} needs a forward that takes several new tokens at once on its cache, as one "
+            f"token after another, to verify a draft ({cache.chunks}); greedy and generate_batch work"
+        )
     return fwd
 
 
 def pads(model: PreTrainedModel) -> bool:
-    """Whether `generate_batch` may left-pad this decoder-only model: it takes position ids, its cache holds no state
-    that padding would enter (a croppable cache), and a padded row gets the unpadded row's logits (probed)."""
+    """Whether `generate_batch` may left-pad this decoder-only model: it takes position ids, its
+    cache holds no state that padding would enter (a croppable cache), and a padded row gets the
+    unpadded row's logits (probed)."""
     return probe(model).pads
 
 
-def require_pair(model: PreTrainedModel, small: PreTrainedModel | None, method: str, drafts: bool,
-                 batch: bool = False) -> None:
+def require_pair(
+    model: PreTrainedModel,
+    small: PreTrainedModel | None,
+    method: str,
+    drafts: bool,
+    batch: bool = False,
+) -> None:
     """`require` for the large model, and for the small one where a draft runs."""
     require(model, method, drafts, batch)
     if drafts and small is not None:

@@ -1,31 +1,35 @@
-"""Static caches whose rollback is free, and compiled decoding steps (`generate(..., cache="static", compile=True)`).
+"""Static caches whose rollback is free, and compiled decoding steps (`generate(..., cache="static",
+compile=True)`).
 
-gpt-fast's way over unmodified transformers models: every model gets a preallocated `StaticCache` sized to the
-input, the budget and the longest fed chunk; keys and values are written at the cache's current position
-(transformers 5.x keeps it in a tensor per layer, `StaticLayer.cumulative_length`) and attention is masked by
-position, so a rollback only moves the position back: nothing is copied, and a stale position past the end is never
-visible (the causal mask hides every position after the last one fed; the next feed overwrites it).
+gpt-fast's way over unmodified transformers models: every model gets a preallocated `StaticCache`
+sized to the input, the budget and the longest fed chunk; keys and values are written at the cache's
+current position (transformers 5.x keeps it in a tensor per layer, `StaticLayer.cumulative_length`)
+and attention is masked by position, so a rollback only moves the position back: nothing is copied,
+and a stale position past the end is never visible (the causal mask hides every position after the
+last one fed; the next feed overwrites it).
 
     view          one model's cache                         rollback
     View          DynamicCache (views.py)                   crop: tensors sliced
     StaticView    StaticCache, the same buffer per model,   the position moves back (one in-place op for all
                   role and cache length, reset per input    layers)
 
-Encoder outputs are computed once per input and the cross-attention keys and values once, at the first decoder call
-(transformers' `EncoderDecoderCache.is_updated`); an early exit of the large model (`early_exit.py`) writes the
-large model's own static cache, its bottom layers, which it moves back at hand-over.
+Encoder outputs are computed once per input and the cross-attention keys and values once, at the
+first decoder call (transformers' `EncoderDecoderCache.is_updated`); an early exit of the large
+model (`early_exit.py`) writes the large model's own static cache, its bottom layers, which it moves
+back at hand-over.
 
-With `compile=True` each model's forward and encoder are compiled once (`torch.compile`; CUDA graphs, the options
-of mode "reduce-overhead", on a GPU; the default mode on CPU) and every call after the first feeds a fixed number of
-positions: the fed chunk is padded up to the next of `BUCKETS`, the padding written past the real positions and
-moved back at once, so the compiled step sees a few fixed shapes and is reused for every input. The cache length is
-rounded up to a multiple of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph, and
-an encoder-decoder's graphs take any source length from the first. A chunk longer than the largest bucket runs eagerly
-on the same cache, as does the first call (a prompt; the cross-attention keys and values). Compilation happens at
-the first call of each shape: `warm_up` runs those calls ahead, once (on CUDA for every source length: a CUDA graph
-has one shape), so that no timed example pays for it. A call whose signature has run once with every guard runs
-with only the guards that tell graphs apart (`StaticView._compiled`).
-"""
+With `compile=True` each model's forward and encoder are compiled once (`torch.compile`; CUDA
+graphs, the options of mode "reduce-overhead", on a GPU; the default mode on CPU) and every call
+after the first feeds a fixed number of positions: the fed chunk is padded up to the next of
+`BUCKETS`, the padding written past the real positions and moved back at once, so the compiled step
+sees a few fixed shapes and is reused for every input. The cache length is rounded up to a multiple
+of `LENGTH_STEP`, so inputs of different lengths share one cache and one compiled graph, and an
+encoder-decoder's graphs take any source length from the first. A chunk longer than the largest
+bucket runs eagerly on the same cache, as does the first call (a prompt; the cross-attention keys
+and values). Compilation happens at the first call of each shape: `warm_up` runs those calls ahead,
+once (on CUDA for every source length: a CUDA graph has one shape), so that no timed example pays
+for it. A call whose signature has run once with every guard runs with only the guards that tell
+graphs apart (`StaticView._compiled`)."""
 
 from __future__ import annotations
 
@@ -41,14 +45,19 @@ from .timing import clock as _clock
 from .views import View
 
 CACHES = ("dynamic", "static")
-BUCKETS = (1, 2, 4, 8, 16)  # fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
+# fed positions per compiled call (a verification of m drafted tokens feeds m + 1)
+BUCKETS = (1, 2, 4, 8, 16)
 LENGTH_STEP = 64  # cache lengths are rounded up to a multiple of this (fewer shapes to compile)
 
 OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
-CUDA_GRAPHS = {"triton.cudagraphs": True}  # mode "reduce-overhead" (torch.compile takes a mode or options, not both)
-_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(length, device, dtype, role): cache}
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {"forward"/"encoder": compiled}
-_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> call signatures its compiled forward ran
+# mode "reduce-overhead" (torch.compile takes a mode or options, not both)
+CUDA_GRAPHS = {"triton.cudagraphs": True}
+# model -> {(length, device, dtype, role): cache}
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> {"forward"/"encoder": compiled}
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> call signatures its compiled forward ran
+_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check(cache: str, compile: bool) -> None:
@@ -57,51 +66,66 @@ def check(cache: str, compile: bool) -> None:
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be True or False; got {compile!r}")
     if compile and cache != "static":
-        raise ValueError("compile=True needs cache='static' (a dynamic cache changes shape at every step)")
+        raise ValueError(
+            "compile=True needs cache='static' (a dynamic cache changes shape at every step)"
+        )
 
 
 def cache_length(prefix: int, max_new_tokens: int) -> int:
-    """Positions a model's static cache holds: the prefix, the budget, and the padding of the largest bucket."""
+    """Positions a model's static cache holds: the prefix, the budget, and the padding of the
+    largest bucket."""
     need = prefix + max_new_tokens + BUCKETS[-1]
     return -(-need // LENGTH_STEP) * LENGTH_STEP
 
 
-def require(model: PreTrainedModel, cache: StaticCache, length: int, compile: bool, role: str = "model") -> None:
-    """Refuse, naming the model, what its static cache cannot do exactly: layers that are not attention layers (a
-    recurrent state), sliding-window layers whose window is shorter than the cache (a rollback past an evicted position
-    could not be undone: transformers' `is_croppable`), and sliding-window layers compiled (their position is a
-    Python int, one graph per position)."""
+def require(
+    model: PreTrainedModel, cache: StaticCache, length: int, compile: bool, role: str = "model"
+) -> None:
+    """Refuse, naming the model, what its static cache cannot do exactly: layers that are not
+    attention layers (a recurrent state), sliding-window layers whose window is shorter than the
+    cache (a rollback past an evicted position could not be undone: transformers' `is_croppable`),
+    and sliding-window layers compiled (their position is a Python int, one graph per position)."""
     name = f"{type(model).__name__} (the {role})"
     kinds = {type(layer).__name__ for layer in cache.layers}
     if kinds - {"StaticLayer", "StaticSlidingWindowLayer"}:
-        raise ValueError(f"cache='static': {name} has cache layers {sorted(kinds)}; bildlab's static cache takes "
-                         "attention layers only: use cache='dynamic'")
+        raise ValueError(
+            f"cache='static': {name} has cache layers {sorted(kinds)}; bildlab's static cache takes "
+            "attention layers only: use cache='dynamic'"
+        )
     sliding = [layer for layer in cache.layers if isinstance(layer, StaticSlidingWindowLayer)]
     if sliding and not cache.is_croppable:
-        raise ValueError(f"cache='static': {name} has sliding-window layers (window {sliding[0].max_cache_len}) "
-                         f"shorter than the static cache ({length} positions): a rollback could not "
-                         "restore evicted positions; lower max_new_tokens or use cache='dynamic'")
+        raise ValueError(
+            f"cache='static': {name} has sliding-window layers (window {sliding[0].max_cache_len}) "
+            f"shorter than the static cache ({length} positions): a rollback could not "
+            "restore evicted positions; lower max_new_tokens or use cache='dynamic'"
+        )
     if sliding and compile:
-        raise ValueError(f"compile=True: {name} has sliding-window layers, whose cache position is a Python int "
-                         "(a compiled graph per position); use compile=False (cache='static' works eagerly)")
+        raise ValueError(
+            f"compile=True: {name} has sliding-window layers, whose cache position is a Python int "
+            "(a compiled graph per position); use compile=False (cache='static' works eagerly)"
+        )
 
 
 def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> StaticCache:
-    """The model's cache of this length in this role (a model that drafts for itself holds two), reset."""
+    """The model's cache of this length in this role (a model that drafts for itself holds two),
+    reset."""
     held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype, role)
     cache = held.get(key)
     if cache is None:
         cache = held[key] = StaticCache(config=model.config, max_cache_len=length)
-    cache.reset()  # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
+    # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
+    cache.reset()
     return cache
 
 
 def compiled(model: PreTrainedModel, part: str = "forward"):
-    """The model's forward (or its encoder's, `part="encoder"`) compiled once, held per model: CUDA graphs on a GPU,
-    the default mode on CPU."""
+    """The model's forward (or its encoder's, `part="encoder"`) compiled once, held per model: CUDA
+    graphs on a GPU, the default mode on CPU."""
     held = _COMPILED.setdefault(model, {})
     if part not in held:
-        limit = 64  # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's default
+        # one graph per model, bucket and (encoder-decoder) source-length class: above dynamo's
+        # default
+        limit = 64
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
         # a fresh dict for each: torch.compile pops "guard_filter_fn" from the one it is given
         options = dict(OPTIONS, **(CUDA_GRAPHS if model.device.type == "cuda" else {}))
@@ -111,16 +135,23 @@ def compiled(model: PreTrainedModel, part: str = "forward"):
 
 
 def _any_length(tensor: torch.Tensor, dim: int) -> None:
-    """Compile `tensor`'s source-length dimension for any length from the first graph on (else dynamo compiles each
-    graph twice: for the first length, then again for any at the second)."""
+    """Compile `tensor`'s source-length dimension for any length from the first graph on (else
+    dynamo compiles each graph twice: for the first length, then again for any at the second)."""
     torch._dynamo.maybe_mark_dynamic(tensor, dim)
 
 
 class StaticView(View):
-    """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no copy)."""
+    """A model on a static cache: `logits` writes at the cache's position, `crop` moves it back (no
+    copy)."""
 
-    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, length: int, compile: bool = False,
-                 role: str = "model"):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor,
+        length: int,
+        compile: bool = False,
+        role: str = "model",
+    ):
         static = _static_cache(model, length, input_ids.device, role)
         require(model, static, length, compile, role)
         self.model, self.encoder_decoder = model, bool(model.config.is_encoder_decoder)
@@ -131,19 +162,23 @@ class StaticView(View):
         self.forward = compiled(model) if compile else model
         self.seen = _SEEN.setdefault(model, set())
         self.source = input_ids.shape[1] if self.encoder_decoder else 0
-        self.graphs = compile and model.device.type == "cuda"  # CUDA graphs: outputs are overwritten by the next run
+        # CUDA graphs: outputs are overwritten by the next run
+        self.graphs = compile and model.device.type == "cuda"
         self.cached, self.calls, self.seconds = 0, 0, 0.0
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:  # once per input; compiled, any source length takes one graph
             encoder = compiled(model, "encoder") if compile else model.get_encoder()
             self._step()
-            # compiled: a copy made here, as every input's (a caller's tensor may carry other dispatch keys)
+            # compiled: a copy made here, as every input's (a caller's tensor may carry other
+            # dispatch keys)
             source = input_ids.clone() if compile else input_ids
             if compile:
                 _any_length(source, 1)
             self.encoder_outputs = encoder(input_ids=source, return_dict=True)
             if self.graphs:
-                self.encoder_outputs.last_hidden_state = self.encoder_outputs.last_hidden_state.clone()
+                self.encoder_outputs.last_hidden_state = (
+                    self.encoder_outputs.last_hidden_state.clone()
+                )
             if compile:
                 _any_length(self.encoder_outputs.last_hidden_state, 1)
         # cross-attention: computed once, at the first decoder call, then read
@@ -155,36 +190,52 @@ class StaticView(View):
             torch.compiler.cudagraph_mark_step_begin()
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
-        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed
+        positions."""
         n = end - self.cached
-        # compiled: every call of at most BUCKETS[-1] positions but the first (a prompt; the cross-attention keys,
-        # computed once and kept)
+        # compiled: every call of at most BUCKETS[-1] positions but the first (a prompt; the
+        # cross-attention keys, computed once and kept)
         eager = not self.compile or self.cached == 0
         width = None if eager else next((b for b in BUCKETS if b >= n), None)
         new = seq[:, self.cached : end]
         kwargs = {self.cache_kw: self.cache, "use_cache": True}
         if width is None:  # eager
             width, forward = n, self.model
-        else:  # compiled: a fresh [1, width] tensor (a slice's stride would change with the buffer), width static
+        # compiled: a fresh [1, width] tensor (a slice's stride would change with the buffer), width
+        # static
+        else:
             forward = self.forward
-            new = torch.cat([new, new[:, -1:].expand(1, width - n)], 1) if width > n else new[0].clone()[None]
-            torch._dynamo.mark_static(new, 1)  # the encoder's length may vary (one graph), the bucket may not
+            new = (
+                torch.cat([new, new[:, -1:].expand(1, width - n)], 1)
+                if width > n
+                else new[0].clone()[None]
+            )
+            # the encoder's length may vary (one graph), the bucket may not
+            torch._dynamo.mark_static(new, 1)
         if self.encoder_decoder:
             kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
         else:
             kwargs["input_ids"] = new
-            if self.positions:  # padded positions repeat the last real one (their outputs are never read)
-                kwargs["position_ids"] = (self.cached + torch.arange(width, device=seq.device).clamp(max=n - 1))[None]
+            # padded positions repeat the last real one (their outputs are never read)
+            if self.positions:
+                kwargs["position_ids"] = (
+                    self.cached + torch.arange(width, device=seq.device).clamp(max=n - 1)
+                )[None]
                 torch._dynamo.mark_static(kwargs["position_ids"], 1)
             if self.keep_kw:
-                kwargs["logits_to_keep"] = keep if forward is self.model else 0  # compiled: one constant
+                # compiled: one constant
+                kwargs["logits_to_keep"] = keep if forward is self.model else 0
         if forward is self.model:
             logits = forward(**kwargs).logits
         else:
             self._step()
-            logits = self._compiled(forward, kwargs, (id(self.self_cache), width, self.source, new.dtype))
-        if self.compile and self.encoder_decoder and self.cached == 0:  # the cross-attention keys and values, made
-            for layer in self.cache.cross_attention_cache.layers:  # now: the compiled steps read them at any length
+            logits = self._compiled(
+                forward, kwargs, (id(self.self_cache), width, self.source, new.dtype)
+            )
+        # the cross-attention keys and values, made
+        if self.compile and self.encoder_decoder and self.cached == 0:
+            # now: the compiled steps read them at any length
+            for layer in self.cache.cross_attention_cache.layers:
                 _any_length(layer.keys, 2)
                 _any_length(layer.values, 2)
         if width > n:
@@ -196,11 +247,12 @@ class StaticView(View):
         return logits.clone() if self.graphs else logits
 
     def _compiled(self, forward, kwargs: dict, signature: tuple) -> torch.Tensor:
-        """The compiled forward's logits. The first call of a signature (cache, bucket, source length, token dtype,
-        grad mode) runs every dynamo guard and compiles if it must; every later one only the guards that tell the
-        compiled graphs apart (`skip_guard_eval_unsafe`; the rest cost about a tenth of a compiled toy step on CPU).
-        Two calls of one signature differ in nothing else a guard reads, as long as the model's modules and config
-        are left as they are (docs/decoding.md); a call that would need a new graph raises (torch's own check)."""
+        """The compiled forward's logits. The first call of a signature (cache, bucket, source
+        length, token dtype, grad mode) runs every dynamo guard and compiles if it must; every later
+        one only the guards that tell the compiled graphs apart (`skip_guard_eval_unsafe`; the rest
+        cost about a tenth of a compiled toy step on CPU). Two calls of one signature differ in
+        nothing else a guard reads, as long as the model's modules and config are left as they are
+        (docs/decoding.md); a call that would need a new graph raises (torch's own check)."""
         signature += (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if signature not in self.seen:
             logits = forward(**kwargs).logits
@@ -211,22 +263,27 @@ class StaticView(View):
 
     def _back(self, count: int, layers=None) -> None:
         layers = self.self_cache.layers if layers is None else layers
-        if self.sliding:  # a sliding layer keeps a Python int beside its position tensor: its own crop moves both
+        # a sliding layer keeps a Python int beside its position tensor: its own crop moves both
+        if self.sliding:
             for layer in layers:
                 layer.crop(-count)
-        else:  # StaticLayer.crop, for all layers in one call: their position tensors move back (nothing is copied)
+        # StaticLayer.crop, for all layers in one call: their position tensors move back (nothing is
+        # copied)
+        else:
             torch._foreach_sub_([layer.cumulative_length for layer in layers], count)
 
     def crop(self, length: int) -> None:
-        """Move the position back to `length`: rejected positions stay in memory, past the end, never seen again."""
+        """Move the position back to `length`: rejected positions stay in memory, past the end,
+        never seen again."""
         if self.cached > length:
             self._back(self.cached - length)
             self.cached = length
 
 
 class StaticEarlyExitView(StaticView):
-    """An early exit of the large model as the draft, on the large model's static cache (its bottom layers): see
-    `views.EarlyExitView`; the hand-over moves those layers' positions back to the large model's."""
+    """An early exit of the large model as the draft, on the large model's static cache (its bottom
+    layers): see `views.EarlyExitView`; the hand-over moves those layers' positions back to the
+    large model's."""
 
     def __init__(self, model: PreTrainedModel, large: StaticView):
         self.model, self.large = model, large
@@ -248,7 +305,8 @@ class StaticEarlyExitView(StaticView):
         super()._back(count, self.self_cache.layers[: self.depth])
 
     def hand_over(self) -> None:
-        """Move the draft's own positions out of the shared bottom layers (the large model recomputes them)."""
+        """Move the draft's own positions out of the shared bottom layers (the large model
+        recomputes them)."""
         if self.cached > self.large.cached:
             self._back(self.cached - self.large.cached)
         self.cached = self.large.cached
@@ -257,8 +315,15 @@ class StaticEarlyExitView(StaticView):
         self.cached = self.large.cached
 
 
-def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torch.Tensor, prefix: int,
-          max_new_tokens: int, compile: bool, drafts: bool) -> tuple[StaticView, StaticView | None]:
+def views(
+    model: PreTrainedModel,
+    small: PreTrainedModel | None,
+    input_ids: torch.Tensor,
+    prefix: int,
+    max_new_tokens: int,
+    compile: bool,
+    drafts: bool,
+) -> tuple[StaticView, StaticView | None]:
     """The large model's view and the draft's (None where no draft runs), on static caches."""
     length = cache_length(prefix, max_new_tokens)
     large = StaticView(model, input_ids, length, compile)
@@ -270,23 +335,31 @@ def views(model: PreTrainedModel, small: PreTrainedModel | None, input_ids: torc
 
 
 @torch.inference_mode()
-def warm_up(model: PreTrainedModel, inputs, small: PreTrainedModel | None = None, max_new_tokens: int = 128) -> float:
-    """Compile every bucket's step for `model` (and `small`) ahead of timing, for the cache lengths that `inputs` (a
-    [1, n] tensor or a list of them) need: seconds spent, compilation mostly. Outputs are not kept."""
+def warm_up(
+    model: PreTrainedModel, inputs, small: PreTrainedModel | None = None, max_new_tokens: int = 128
+) -> float:
+    """Compile every bucket's step for `model` (and `small`) ahead of timing, for the cache lengths
+    that `inputs` (a [1, n] tensor or a list of them) need: seconds spent, compilation mostly.
+    Outputs are not kept."""
     inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     inputs = [x if x.dim() == 2 else x[None] for x in inputs]
     t0 = _clock(inputs[0].device)
-    if model.config.is_encoder_decoder:  # two source lengths: the graphs that take any length are built too
+    # two source lengths: the graphs that take any length are built too
+    if model.config.is_encoder_decoder:
         sources = [inputs[0], torch.cat([inputs[0], inputs[0][:, -1:]], 1)]
-        if inputs[0].device.type == "cuda":  # CUDA graphs are recorded per shape: one input per source length
+        # CUDA graphs are recorded per shape: one input per source length
+        if inputs[0].device.type == "cuda":
             sources += list({x.shape[1]: x for x in inputs}.values())
     else:  # one prompt per cache length
         sources = list({cache_length(x.shape[1], max_new_tokens): x for x in inputs}.values())
     for m, role in [(model, "model")] + ([(small, "small")] if small is not None else []):
         for x in sources:
-            prefix = x[:, :1] if m.config.is_encoder_decoder else x  # any token compiles the same graphs
+            # any token compiles the same graphs
+            prefix = x[:, :1] if m.config.is_encoder_decoder else x
             seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
-            view = StaticView(m, x, cache_length(prefix.shape[1], max_new_tokens), compile=True, role=role)
+            view = StaticView(
+                m, x, cache_length(prefix.shape[1], max_new_tokens), compile=True, role=role
+            )
             view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
             for b in BUCKETS:
                 view.logits(seq, view.cached + b, b)

@@ -1,9 +1,9 @@
-"""One model's view of the sequence that `decoding.generate` writes: the model, its KV cache (transformers `Cache`
-objects) and how many positions of the shared sequence buffer that cache holds; feeding new positions, cropping
-rejected ones. An early exit of the large model as the draft is a view of the large model's own cache."""
+"""One model's view of the sequence that `decoding.generate` writes: the model, its KV cache
+(transformers `Cache` objects) and how many positions of the shared sequence buffer that cache
+holds; feeding new positions, cropping rejected ones. An early exit of the large model as the draft
+is a view of the large model's own cache."""
 
 from __future__ import annotations
-
 
 import torch
 from transformers import PreTrainedModel
@@ -27,18 +27,21 @@ class View:
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:
             self.encoder_outputs = model.get_encoder()(input_ids=input_ids, return_dict=True)
-        self.cache = capabilities.new_cache(model, record=capabilities.probe(model).croppable)  # a state: no crop
+        # a state: no crop
+        self.cache = capabilities.new_cache(model, record=capabilities.probe(model).croppable)
         self.seconds += _clock(input_ids.device) - t0
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
-        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed positions."""
+        """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed
+        positions."""
         new = seq[:, self.cached : end]
         kwargs = {self.cache_kw: self.cache, "use_cache": True}
         if self.encoder_decoder:
             kwargs.update(decoder_input_ids=new, encoder_outputs=self.encoder_outputs)
         else:
             kwargs["input_ids"] = new
-            if self.positions:  # no padding at batch size 1: the mask's cumsum - 1 is the buffer position
+            # no padding at batch size 1: the mask's cumsum - 1 is the buffer position
+            if self.positions:
                 kwargs["position_ids"] = torch.arange(self.cached, end, device=seq.device)[None]
             if self.keep_kw:
                 kwargs["logits_to_keep"] = keep
@@ -50,16 +53,19 @@ class View:
     def crop(self, length: int) -> None:
         """Drop cached positions >= length (the self-attention cache only; cross-attention stays)."""
         if self.cached > length:
-            self.cache.crop(length - self.cached)  # transformers 5.x: a negative count of tokens to remove
+            # transformers 5.x: a negative count of tokens to remove
+            self.cache.crop(length - self.cached)
             self.cached = length
 
     def hand_over(self) -> None:
-        """Called when a draft ends, before the large model verifies it (a separate draft keeps its own cache)."""
+        """Called when a draft ends, before the large model verifies it (a separate draft keeps its
+        own cache)."""
 
 
 class EarlyExitView(View):
-    """An early exit of the large model as the draft (`early_exit.exit_draft`): its layers are the large model's bottom
-    layers, so it runs on the large model's encoder outputs and KV cache, writing only the bottom `depth` layers."""
+    """An early exit of the large model as the draft (`early_exit.exit_draft`): its layers are the
+    large model's bottom layers, so it runs on the large model's encoder outputs and KV cache,
+    writing only the bottom `depth` layers."""
 
     def __init__(self, model: PreTrainedModel, large: View):
         self.model, self.large = model, large
@@ -75,8 +81,9 @@ class EarlyExitView(View):
         self.seconds = 0.0
 
     def hand_over(self) -> None:
-        """Drop the draft's own positions from the shared layers: the large model's forward runs all its layers for
-        every token it is fed, so it recomputes them (in its one parallel pass) and the cache stays one sequence."""
+        """Drop the draft's own positions from the shared layers: the large model's forward runs all
+        its layers for every token it is fed, so it recomputes them (in its one parallel pass) and
+        the cache stays one sequence."""
         for layer in self.self_cache.layers[: self.depth]:
             extra = layer.get_seq_length() - self.large.cached
             if extra > 0:
@@ -84,5 +91,6 @@ class EarlyExitView(View):
         self.cached = self.large.cached
 
     def crop(self, length: int) -> None:
-        """After verification the large model has cropped the shared cache: the draft goes on from there."""
+        """After verification the large model has cropped the shared cache: the draft goes on from
+        there."""
         self.cached = self.large.cached

@@ -1,8 +1,9 @@
-"""Side-by-side timing of decoders on the same pair and inputs: Hugging Face `generate` (greedy and assisted) and
-bildlab's methods, under the one timing protocol (`timing`), so that machine drift hits every method alike.
+"""Side-by-side timing of decoders on the same pair and inputs: Hugging Face `generate` (greedy and
+assisted) and bildlab's methods, under the one timing protocol (`timing`), so that machine drift
+hits every method alike.
 
-Only ratios measured in one run mean anything on a shared machine; absolute times are reported, never asserted.
-"""
+Only ratios measured in one run mean anything on a shared machine; absolute times are reported,
+never asserted."""
 
 from __future__ import annotations
 
@@ -17,41 +18,63 @@ from ..engine.decoding import generate
 from ..measure.intervals import interval, ratio_of_sums
 
 METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
-LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")  # must all give the large model's greedy output
+# must all give the large model's greedy output
+LOSSLESS = ("hf_greedy", "hf_assisted", "greedy", "speculative")
 
 
 def transformers_version() -> tuple[int, int]:
-    from packaging.version import Version  # a dependency of transformers; copes with "5.22.0.dev0", "5.22rc1"
+    # a dependency of transformers; copes with "5.22.0.dev0", "5.22rc1"
+    from packaging.version import Version
 
     return Version(transformers.__version__).release[:2]
 
 
 class _AssistantNotice(logging.Filter):
-    """Drops one deprecation notice that transformers 5.x logs about its own code: its assisted generation passes the
-    assistant's `generate` a `generation_config` together with generation arguments. A caller can do nothing about
-    it, and a notebook would store it as a warning box."""
+    """Drops one deprecation notice that transformers 5.x logs about its own code: its assisted
+    generation passes the assistant's `generate` a `generation_config` together with generation
+    arguments. A caller can do nothing about it, and a notebook would store it as a warning box."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Passing `generation_config` together with generation-related")
+        return not record.getMessage().startswith(
+            "Passing `generation_config` together with generation-related"
+        )
 
 
 _NOTICE = _AssistantNotice()
 
 
-def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k: int = 4, lookup: bool = False,
-                ngram: int = 2) -> list[int]:
-    """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step, constant schedule,
-    no confidence threshold; with `lookup`, its prompt lookup: `prompt_lookup_num_tokens=k`,
-    `max_matching_ngram_size=ngram`); the new tokens only. Plain greedy whatever the checkpoint's generation config
-    says (num_beams=1, no sampling)."""
-    kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                  pad_token_id=large.generation_config.pad_token_id or 0)
+def hf_generate(
+    large,
+    input_ids,
+    *,
+    max_new_tokens: int,
+    eos,
+    assistant=None,
+    k: int = 4,
+    lookup: bool = False,
+    ngram: int = 2,
+) -> list[int]:
+    """Transformers' own greedy `generate` (assisted by `assistant` when given: k tokens a step,
+    constant schedule, no confidence threshold; with `lookup`, its prompt lookup:
+    `prompt_lookup_num_tokens=k`, `max_matching_ngram_size=ngram`); the new tokens only. Plain
+    greedy whatever the checkpoint's generation config says (num_beams=1, no sampling)."""
+    kwargs = dict(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=large.generation_config.pad_token_id or 0,
+    )
     if assistant is not None:
         notices = logging.getLogger("transformers.generation.utils")
         if _NOTICE not in notices.filters:
             notices.addFilter(_NOTICE)
-        kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
-                      assistant_confidence_threshold=0.0)
+        kwargs.update(
+            assistant_model=assistant,
+            num_assistant_tokens=k,
+            num_assistant_tokens_schedule="constant",
+            assistant_confidence_threshold=0.0,
+        )
     elif lookup:
         kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram)
     out = large.generate(input_ids, **kwargs)
@@ -59,16 +82,42 @@ def hf_generate(large, input_ids, *, max_new_tokens: int, eos, assistant=None, k
     return out[0, start:].tolist()
 
 
-def run(name: str, large, small, input_ids, *, max_new_tokens: int, eos, k: int = 4, fallback: float = 0.6,
-        rollback: float = 5.0, max_small_steps: int = 10, cache: str = "dynamic",
-        compile: bool = False) -> tuple[list[int], dict]:
-    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted"); `cache`,
-    `compile`: bildlab's engine (`decoding.generate`)."""
+def run(
+    name: str,
+    large,
+    small,
+    input_ids,
+    *,
+    max_new_tokens: int,
+    eos,
+    k: int = 4,
+    fallback: float = 0.6,
+    rollback: float = 5.0,
+    max_small_steps: int = 10,
+    cache: str = "dynamic",
+    compile: bool = False,
+) -> tuple[list[int], dict]:
+    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted");
+    `cache`, `compile`: bildlab's engine (`decoding.generate`)."""
     if name in ("hf_greedy", "hf_assisted"):
         assistant = small if name == "hf_assisted" else None
-        return hf_generate(large, input_ids, max_new_tokens=max_new_tokens, eos=eos, assistant=assistant, k=k), {}
-    out = generate(large, input_ids, small=small, method=name, max_new_tokens=max_new_tokens, eos_token_id=eos, k=k,
-                   fallback=fallback, rollback=rollback, max_small_steps=max_small_steps, cache=cache, compile=compile)
+        return hf_generate(
+            large, input_ids, max_new_tokens=max_new_tokens, eos=eos, assistant=assistant, k=k
+        ), {}
+    out = generate(
+        large,
+        input_ids,
+        small=small,
+        method=name,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        k=k,
+        fallback=fallback,
+        rollback=rollback,
+        max_small_steps=max_small_steps,
+        cache=cache,
+        compile=compile,
+    )
     return out.tokens, out.stats
 
 
@@ -82,8 +131,8 @@ class Result:
     per_input: dict[str, list[float]] = field(default_factory=dict)  # each input's seconds
 
     def speedup(self, name: str, baseline: str = "greedy") -> tuple[float, float, float]:
-        """The baseline's time over `name`'s, summed over the inputs, and its 95% paired-bootstrap interval (as the
-        study's speedups: `intervals.ratio_of_sums`)."""
+        """The baseline's time over `name`'s, summed over the inputs, and its 95% paired-bootstrap
+        interval (as the study's speedups: `intervals.ratio_of_sums`)."""
         base, t = self.per_input[baseline], self.per_input[name]
         return (sum(base) / sum(t), *interval(lambda idx: ratio_of_sums(base, t, idx), len(t)))
 
@@ -105,25 +154,47 @@ class Result:
         rows = []
         for name in self.seconds:
             calls = self.large_calls.get(name)
-            rows.append({
-                "method": name,
-                "tokens/s": round(self.tokens_per_second(name), 1),
-                f"x {baseline}": round(self.ratio(name, baseline), 2),
-                "tokens per large call": round(self.tokens[name] / calls, 2) if calls else None,
-                "same as greedy": self.identical(name) if name in LOSSLESS or name == "bild" else None,
-            })
+            rows.append(
+                {
+                    "method": name,
+                    "tokens/s": round(self.tokens_per_second(name), 1),
+                    f"x {baseline}": round(self.ratio(name, baseline), 2),
+                    "tokens per large call": round(self.tokens[name] / calls, 2) if calls else None,
+                    "same as greedy": self.identical(name)
+                    if name in LOSSLESS or name == "bild"
+                    else None,
+                }
+            )
         return rows
 
 
-def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_new_tokens: int = 64, eos=None,
-            warmup: int = 2, threads: int | None = 1, repeats: int = 1, progress: bool = False, **policy) -> Result:
-    """Time every method on every input under the one protocol (`timing.interleave`: `warmup` untimed decodes of the
-    first inputs, fixed threads, the method order rotating per input, the median of `repeats`). `policy` is passed
-    on (k, fallback, rollback, max_small_steps)."""
-    if "hf_assisted" in methods and large.config.is_encoder_decoder and transformers_version() < (5, 22):
-        raise RuntimeError(f"Hugging Face assisted generation of encoder-decoder models fails inside transformers < "
-                           f"5.22 (found {transformers.__version__}): upgrade transformers, or leave 'hf_assisted' "
-                           f"out of methods")
+def compare(
+    large,
+    small,
+    inputs: list[torch.Tensor],
+    methods=METHODS,
+    *,
+    max_new_tokens: int = 64,
+    eos=None,
+    warmup: int = 2,
+    threads: int | None = 1,
+    repeats: int = 1,
+    progress: bool = False,
+    **policy,
+) -> Result:
+    """Time every method on every input under the one protocol (`timing.interleave`: `warmup`
+    untimed decodes of the first inputs, fixed threads, the method order rotating per input, the
+    median of `repeats`). `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+    if (
+        "hf_assisted" in methods
+        and large.config.is_encoder_decoder
+        and transformers_version() < (5, 22)
+    ):
+        raise RuntimeError(
+            f"Hugging Face assisted generation of encoder-decoder models fails inside transformers < "
+            f"5.22 (found {transformers.__version__}): upgrade transformers, or leave 'hf_assisted' "
+            f"out of methods"
+        )
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"methods must be among {', '.join(METHODS)}; got {list(methods)!r}")
@@ -131,10 +202,24 @@ def compare(large, small, inputs: list[torch.Tensor], methods=METHODS, *, max_ne
         raise ValueError("inputs must not be empty")
     if eos is None:
         eos = large.generation_config.eos_token_id
-    runners = {name: (lambda name: lambda x, i: run(name, large, small, x, max_new_tokens=max_new_tokens, eos=eos,
-                                                     **policy))(name) for name in methods}
-    rows = timing.interleave(inputs, runners, warmup=warmup, threads=threads, repeats=repeats,
-                             progress="benchmark" if progress else False)
+    runners = {
+        name: (
+            lambda name: (
+                lambda x, i: run(
+                    name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy
+                )
+            )
+        )(name)
+        for name in methods
+    }
+    rows = timing.interleave(
+        inputs,
+        runners,
+        warmup=warmup,
+        threads=threads,
+        repeats=repeats,
+        progress="benchmark" if progress else False,
+    )
     result = Result()
     for name in methods:
         result.seconds[name] = sum(row[name]["seconds"] for row in rows)
@@ -154,10 +239,22 @@ def random_pair(n_inputs: int = 64):
 
     def t5(layers, d_model, seed):
         torch.manual_seed(seed)
-        cfg = tf.T5Config(vocab_size=512, d_model=d_model, d_ff=4 * d_model, d_kv=64, num_heads=d_model // 64,
-                          num_layers=layers, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+        cfg = tf.T5Config(
+            vocab_size=512,
+            d_model=d_model,
+            d_ff=4 * d_model,
+            d_kv=64,
+            num_heads=d_model // 64,
+            num_layers=layers,
+            decoder_start_token_id=0,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
         return tf.T5ForConditionalGeneration(cfg).eval()
 
     large, small = t5(6, 256, 0), t5(2, 128, 1)
-    inputs = [torch.randint(2, 512, (1, 24), generator=torch.Generator().manual_seed(i)) for i in range(n_inputs)]
+    inputs = [
+        torch.randint(2, 512, (1, 24), generator=torch.Generator().manual_seed(i))
+        for i in range(n_inputs)
+    ]
     return large, small, inputs

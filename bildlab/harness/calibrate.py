@@ -1,25 +1,28 @@
-"""A calibration of the machine: what each call that decoding makes costs here, for one pair, under the one timing
-protocol (`timing.interleave`: warm-up excluded, a fixed thread count, rotating order, CUDA sync).
+"""A calibration of the machine: what each call that decoding makes costs here, for one pair, under
+the one timing protocol (`timing.interleave`: warm-up excluded, a fixed thread count, rotating
+order, CUDA sync).
 
     cal = calibrate("toy-mt", registry="results/toy")      # also `bildlab calibrate --pair toy-mt`
     cal["costs"]["large_pass"]                             # the large model's pass over m tokens, per prefix
 
-Measured through the loop's own code path (`views.View`: the same forward, cache and crop), on a sample of the
-pair's validation inputs (random inputs of `lengths` tokens for a pair built with random weights):
+Measured through the loop's own code path (`views.View`: the same forward, cache and crop), on a
+sample of the pair's validation inputs (random inputs of `lengths` tokens for a pair built with
+random weights):
 
-- `encoder`: the large and the small model's encoder per input length (a decoder-only model's prefill);
-- `large_pass`: the large model's pass over m new tokens, m = 1 ... max(max_small_steps, k) + 1 of the study's
-  policies, after `prefixes` cached positions (then cropped back, as a rollback does);
-- `small_step` and `drafts`: each draft's one-token step (the small model, the aligned one, the early exit);
-- `vanilla_decode`: a whole batch-1 greedy decode of the large model;
-- `overhead`: the loop's own host work, from whole decodes of the vanilla model and `OVERHEAD_POLICIES` (`_overhead`);
-- `batch_gain`: batch-1 seconds over batched seconds per output (`generate_batch`) at the study's batch sizes, with
-  `batched_identical`, the batched outputs that equal the batch-1 ones on this device (counted).
+- `encoder`: the large and the small model's encoder per input length (a decoder-only model's
+  prefill); - `large_pass`: the large model's pass over m new tokens, m = 1 ... max(max_small_steps,
+  k) + 1 of the study's policies, after `prefixes` cached positions (then cropped back, as a
+  rollback does); - `small_step` and `drafts`: each draft's one-token step (the small model, the
+  aligned one, the early exit); - `vanilla_decode`: a whole batch-1 greedy decode of the large
+  model; - `overhead`: the loop's own host work, from whole decodes of the vanilla model and
+  `OVERHEAD_POLICIES` (`_overhead`); - `batch_gain`: batch-1 seconds over batched seconds per output
+  (`generate_batch`) at the study's batch sizes, with `batched_identical`, the batched outputs that
+  equal the batch-1 ones on this device (counted).
 
-Each cost is the mean over the sampled inputs with its 95% bootstrap interval. The record lives in the registry's
-`.calibrations/`, keyed by the pair and the machine (device type and name, CPU model, threads, protocol); library
-versions are provenance. `for_machine` finds the newest one of this machine.
-"""
+Each cost is the mean over the sampled inputs with its 95% bootstrap interval. The record lives in
+the registry's `.calibrations/`, keyed by the pair and the machine (device type and name, CPU model,
+threads, protocol); library versions are provenance. `for_machine` finds the newest one of this
+machine."""
 
 from __future__ import annotations
 
@@ -29,15 +32,17 @@ from datetime import datetime, timezone
 import numpy as np
 import torch
 
-from . import shard
 from ..engine import timing
 from ..measure.intervals import interval, mean
 from ..world.models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
+from . import shard
 from .registry import Registry, versions
 
 MS = tuple(range(1, 12))  # pass sizes: BiLD's max_small_steps (10) + 1 and speculative k (<= 8) + 1
 PREFIXES = (0, 16, 48)
-GREEDY_STEPS = 8  # one-token steps back to back, as a greedy loop makes them  # cached output positions before the timed call (a decoder-only model's prompt comes first)
+# one-token steps back to back, as a greedy loop makes them  # cached output positions before the
+# timed call (a decoder-only model's prompt comes first)
+GREEDY_STEPS = 8
 TOY_BATCH_SIZES = (64, 256)
 
 
@@ -52,16 +57,23 @@ def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new
     for name, v in (("n", n), ("batch_n", batch_n), ("max_new_tokens", max_new_tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-    for name, vs, low in (("ms", ms, 1), ("prefixes", prefixes, 0), ("batch_sizes", batch_sizes, 1)):
+    for name, vs, low in (
+        ("ms", ms, 1),
+        ("prefixes", prefixes, 0),
+        ("batch_sizes", batch_sizes, 1),
+    ):
         if not vs or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in vs):
             raise ValueError(f"{name} must be a non-empty list of integers >= {low}; got {vs!r}")
     if 1 not in ms or max(ms) < 2:
-        raise ValueError(f"ms must include 1 (the one-token pass every price starts from) and a larger m (a draft "
-                         f"step comes before it); got {ms!r}")
+        raise ValueError(
+            f"ms must include 1 (the one-token pass every price starts from) and a larger m (a draft "
+            f"step comes before it); got {ms!r}"
+        )
 
 
 def _models(pair: str, device: str, random_weights: bool) -> tuple[dict, object]:
-    """{draft name: (large, draft)} for every draft the pair has, and its tokenizer-side Pair (None when random)."""
+    """{draft name: (large, draft)} for every draft the pair has, and its tokenizer-side Pair (None
+    when random)."""
     if random_weights:
         from ..world.models import random_pair
 
@@ -71,7 +83,9 @@ def _models(pair: str, device: str, random_weights: bool) -> tuple[dict, object]
     for draft in DRAFTS:
         if draft == "aligned" and pair in TOY_PAIRS and TOY_PAIRS[pair][2] is None:
             continue
-        if draft == "early-exit" and (pair not in TOY_PAIRS or TOY_PAIRS[pair][0].startswith("llama")):
+        if draft == "early-exit" and (
+            pair not in TOY_PAIRS or TOY_PAIRS[pair][0].startswith("llama")
+        ):
             continue  # the early exit is trained into the toy T5 only (RQ4)
         p = shard.load(pair, draft, device, str(zoo_dir()))
         first = first or p
@@ -83,23 +97,28 @@ def _inputs(pair, p, n, lengths, device, vocab: int) -> list[torch.Tensor]:
     if p is not None:
         return p.inputs("validation", limit=n)
     g = torch.Generator().manual_seed(0)
-    return [torch.randint(3, vocab, (1, lengths[i % len(lengths)]), generator=g).to(device) for i in range(n)]
+    return [
+        torch.randint(3, vocab, (1, lengths[i % len(lengths)]), generator=g).to(device)
+        for i in range(n)
+    ]
 
 
 def _seq(view, x: torch.Tensor, length: int) -> tuple[torch.Tensor, int]:
-    """A sequence buffer as the loop builds it (the decoder start, or the prompt) with `length` filler positions
-    after it, and where the output starts."""
+    """A sequence buffer as the loop builds it (the decoder start, or the prompt) with `length`
+    filler positions after it, and where the output starts."""
     from ..engine.decoding import decoder_start
 
-    start = (torch.tensor([[decoder_start(view.model)]], device=x.device) if view.encoder_decoder else x)
+    start = (
+        torch.tensor([[decoder_start(view.model)]], device=x.device) if view.encoder_decoder else x
+    )
     seq = torch.full((1, start.shape[1] + length), 5, dtype=torch.long, device=x.device)
     seq[:, : start.shape[1]] = start
     return seq, start.shape[1]
 
 
 def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
-    """The timed calls: each runner measures its own call with `timing.clock` (the view is built and the prefix fed
-    before the clock starts) and returns its seconds in its stats."""
+    """The timed calls: each runner measures its own call with `timing.clock` (the view is built and
+    the prefix fed before the clock starts) and returns its seconds in its stats."""
     from ..engine.decoding import generate
     from ..engine.views import EarlyExitView, View
 
@@ -115,15 +134,19 @@ def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
                 seq, start = _seq(v, x, 1)
                 v.logits(seq, start, 1)
             return [], {"seconds": timing.clock(dev) - t0, "length": x.shape[1]}
+
         return run
 
     def drafts(draft, model, p):
-        """The loop's pattern after `p` cached positions: for each m, m - 1 consecutive draft steps, then the large
-        model's pass over the m positions (its last token and the draft), then both cropped back (a rollback)."""
+        """The loop's pattern after `p` cached positions: for each m, m - 1 consecutive draft steps,
+        then the large model's pass over the m positions (its last token and the draft), then both
+        cropped back (a rollback)."""
+
         def run(x, i):
             lv = View(large, x)
             seq, start = _seq(lv, x, span)
-            lv.logits(seq, start + p, 1)  # the prompt (or the decoder start) and the prefix, untimed
+            # the prompt (or the decoder start) and the prefix, untimed
+            lv.logits(seq, start + p, 1)
             v = EarlyExitView(model, lv) if draft == "early-exit" else View(model, x)
             if draft != "early-exit":
                 v.logits(seq, start + p, 1)
@@ -140,10 +163,13 @@ def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
                 lv.crop(start + p)
                 v.crop(start + p)
             return [], {"steps": steps, "passes": passes}
+
         return run
 
     def greedy(model, p):
-        """A greedy loop's steps after `p` cached positions: GREEDY_STEPS one-token steps back to back."""
+        """A greedy loop's steps after `p` cached positions: GREEDY_STEPS one-token steps back to
+        back."""
+
         def run(x, i):
             v = View(model, x)
             seq, start = _seq(v, x, span)
@@ -154,13 +180,18 @@ def _runners(models: dict, ms, prefixes, max_new_tokens: int) -> dict:
                 v.logits(seq, start + p + j + 1, 1)
                 steps.append(timing.clock(dev) - t0)
             return [], {"steps": steps}
+
         return run
 
     def decode(x, i):
         out = generate(large, x, max_new_tokens=max_new_tokens)
         return out.tokens, {}
 
-    runners = {"encoder large": encoder(large), "encoder small": encoder(models["small"][1]), "decode": decode}
+    runners = {
+        "encoder large": encoder(large),
+        "encoder small": encoder(models["small"][1]),
+        "decode": decode,
+    }
     for draft, (_, model) in models.items():
         runners.update({f"draft {draft} {p}": drafts(draft, model, p) for p in prefixes})
     for name, model in (("large", large), ("small", models["small"][1])):
@@ -175,45 +206,115 @@ def _cost(values) -> tuple[float, list[float]]:
 
 
 def _steps(rows, runner, prefixes, n, positions: list[int]) -> dict:
-    """A step's mean cost per prefix (`seconds`, with its interval), and by position in its run (`by_position`: the
-    mean of the j-th step of a draft, j = 0 right after the large model's pass, or of a greedy run; `positions` gives
-    each timed step's): a model's first steps after another model ran are dearer (its weights are cold)."""
+    """A step's mean cost per prefix (`seconds`, with its interval), and by position in its run
+    (`by_position`: the mean of the j-th step of a draft, j = 0 right after the large model's pass,
+    or of a greedy run; `positions` gives each timed step's): a model's first steps after another
+    model ran are dearer (its weights are cold)."""
     cells = [_cost([np.mean(r[f"{runner} {p}"]["stats"]["steps"]) for r in rows]) for p in prefixes]
     at = np.asarray(positions)
-    by = [[float(np.mean([np.asarray(r[f"{runner} {p}"]["stats"]["steps"])[at == j].mean() for r in rows]))
-           for j in range(at.max() + 1)] for p in prefixes] if len(at) else [[] for _ in prefixes]
-    return {"prefix": list(prefixes), "seconds": [c[0] for c in cells], "ci": [c[1] for c in cells], "n": n,
-            "by_position": by}
+    by = (
+        [
+            [
+                float(
+                    np.mean(
+                        [
+                            np.asarray(r[f"{runner} {p}"]["stats"]["steps"])[at == j].mean()
+                            for r in rows
+                        ]
+                    )
+                )
+                for j in range(at.max() + 1)
+            ]
+            for p in prefixes
+        ]
+        if len(at)
+        else [[] for _ in prefixes]
+    )
+    return {
+        "prefix": list(prefixes),
+        "seconds": [c[0] for c in cells],
+        "ci": [c[1] for c in cells],
+        "n": n,
+        "by_position": by,
+    }
 
 
 def defaults(pair: str, device: str = "cpu") -> dict:
-    """The sample a calibration measures unless told otherwise (`calibrate`'s None arguments): the toy pairs' on any
-    device; a paper pair's on a GPU (under 10 minutes for all four on one); a paper pair's on a CPU, where a decode
-    at the paper's sizes takes minutes: a small sample of the same calls."""
+    """The sample a calibration measures unless told otherwise (`calibrate`'s None arguments): the
+    toy pairs' on any device; a paper pair's on a GPU (under 10 minutes for all four on one); a
+    paper pair's on a CPU, where a decode at the paper's sizes takes minutes: a small sample of the
+    same calls."""
     if pair in TOY_PAIRS:
-        return dict(n=16, ms=MS, prefixes=PREFIXES, batch_sizes=TOY_BATCH_SIZES, batch_n=64, max_new_tokens=128,
-                    lengths=(64,), warmup=2)
+        return dict(
+            n=16,
+            ms=MS,
+            prefixes=PREFIXES,
+            batch_sizes=TOY_BATCH_SIZES,
+            batch_n=64,
+            max_new_tokens=128,
+            lengths=(64,),
+            warmup=2,
+        )
     if str(device).startswith("cuda"):
-        return dict(n=8, ms=MS, prefixes=PREFIXES, batch_sizes=(32,), batch_n=32, max_new_tokens=127,
-                    lengths=(64, 256, 1024), warmup=1)
-    return dict(n=2, ms=MS, prefixes=(0, 16), batch_sizes=(2,), batch_n=2, max_new_tokens=8, lengths=(64,), warmup=1)
+        return dict(
+            n=8,
+            ms=MS,
+            prefixes=PREFIXES,
+            batch_sizes=(32,),
+            batch_n=32,
+            max_new_tokens=127,
+            lengths=(64, 256, 1024),
+            warmup=1,
+        )
+    return dict(
+        n=2,
+        ms=MS,
+        prefixes=(0, 16),
+        batch_sizes=(2,),
+        batch_n=2,
+        max_new_tokens=8,
+        lengths=(64,),
+        warmup=1,
+    )
 
 
-def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int | None = None, ms=None,
-              prefixes=None, batch_sizes=None, batch_n: int | None = None, max_new_tokens: int | None = None,
-              lengths=None, random_weights: bool | None = None, warmup: int | None = None, registry=None,
-              progress: bool = False) -> dict:
-    """Calibrate this machine for `pair` (module docstring): `n` inputs for the per-call costs, `batch_n` for the
-    batch gain at `batch_sizes` (at most `batch_n` rows); every None from `defaults(pair, device)`. `random_weights`
-    (default: for a paper pair whose checkpoints cannot be read) builds the models from the checkpoints'
-    configurations, fed random inputs of `lengths` tokens (their outputs run to `max_new_tokens`). Written to
-    `registry` (a path or Registry) when given; returns the record."""
+def calibrate(
+    pair: str,
+    *,
+    device: str = "cpu",
+    threads: int | None = 1,
+    n: int | None = None,
+    ms=None,
+    prefixes=None,
+    batch_sizes=None,
+    batch_n: int | None = None,
+    max_new_tokens: int | None = None,
+    lengths=None,
+    random_weights: bool | None = None,
+    warmup: int | None = None,
+    registry=None,
+    progress: bool = False,
+) -> dict:
+    """Calibrate this machine for `pair` (module docstring): `n` inputs for the per-call costs,
+    `batch_n` for the batch gain at `batch_sizes` (at most `batch_n` rows); every None from
+    `defaults(pair, device)`. `random_weights` (default: for a paper pair whose checkpoints cannot
+    be read) builds the models from the checkpoints' configurations, fed random inputs of `lengths`
+    tokens (their outputs run to `max_new_tokens`). Written to `registry` (a path or Registry) when
+    given; returns the record."""
     if pair in TOY_PAIRS or pair in PAPER_PAIRS:
         d = defaults(pair, device)
         n, ms, prefixes, batch_n, max_new_tokens, lengths, warmup = (
-            d[k] if v is None else v for k, v in (("n", n), ("ms", ms), ("prefixes", prefixes), ("batch_n", batch_n),
-                                                  ("max_new_tokens", max_new_tokens), ("lengths", lengths),
-                                                  ("warmup", warmup)))
+            d[k] if v is None else v
+            for k, v in (
+                ("n", n),
+                ("ms", ms),
+                ("prefixes", prefixes),
+                ("batch_n", batch_n),
+                ("max_new_tokens", max_new_tokens),
+                ("lengths", lengths),
+                ("warmup", warmup),
+            )
+        )
         batch_sizes = d["batch_sizes"] if batch_sizes is None else batch_sizes
     ms, prefixes, batch_sizes = list(ms or ()), list(prefixes or ()), list(batch_sizes or ())
     _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens)
@@ -225,42 +326,82 @@ def calibrate(pair: str, *, device: str = "cpu", threads: int | None = 1, n: int
     vocab = large.get_output_embeddings().weight.shape[0]
     xs = _inputs(pair, p, max(n, batch_n), lengths, device, vocab)
     runners = _runners(models, list(ms), list(prefixes), max_new_tokens)
-    rows = timing.interleave(xs[:n], {k: v for k, v in runners.items()}, warmup=min(warmup, n), threads=threads,
-                             progress="calibrating" if progress else False)
+    rows = timing.interleave(
+        xs[:n],
+        {k: v for k, v in runners.items()},
+        warmup=min(warmup, n),
+        threads=threads,
+        progress="calibrating" if progress else False,
+    )
     costs: dict = {"encoder": {}}
     for model in ("large", "small"):
         s = [r[f"encoder {model}"]["stats"] for r in rows]
-        costs["encoder"][model] = {"lengths": [x["length"] for x in s], "seconds": [x["seconds"] for x in s], "n": n}
-    cells = [[_cost([r[f"draft small {q}"]["stats"]["passes"][j] for r in rows]) for j in range(len(ms))]
-             for q in prefixes]
-    costs["large_pass"] = {"m": list(ms), "prefix": list(prefixes), "seconds": [[c[0] for c in row] for row in cells],
-                           "ci": [[c[1] for c in row] for row in cells], "n": n}
-    in_draft = [j for m in ms for j in range(m - 1)]  # each step's position in its draft (m - 1 steps, then the pass)
+        costs["encoder"][model] = {
+            "lengths": [x["length"] for x in s],
+            "seconds": [x["seconds"] for x in s],
+            "n": n,
+        }
+    cells = [
+        [_cost([r[f"draft small {q}"]["stats"]["passes"][j] for r in rows]) for j in range(len(ms))]
+        for q in prefixes
+    ]
+    costs["large_pass"] = {
+        "m": list(ms),
+        "prefix": list(prefixes),
+        "seconds": [[c[0] for c in row] for row in cells],
+        "ci": [[c[1] for c in row] for row in cells],
+        "n": n,
+    }
+    # each step's position in its draft (m - 1 steps, then the pass)
+    in_draft = [j for m in ms for j in range(m - 1)]
     costs["small_step"] = _steps(rows, "draft small", prefixes, n, in_draft)
-    costs["drafts"] = {d: _steps(rows, f"draft {d}", prefixes, n, in_draft) for d in models if d != "small"}
-    costs["greedy_step"] = {m: _steps(rows, f"greedy {m}", prefixes, n, list(range(GREEDY_STEPS)))
-                            for m in ("large", "small")}
+    costs["drafts"] = {
+        d: _steps(rows, f"draft {d}", prefixes, n, in_draft) for d in models if d != "small"
+    }
+    costs["greedy_step"] = {
+        m: _steps(rows, f"greedy {m}", prefixes, n, list(range(GREEDY_STEPS)))
+        for m in ("large", "small")
+    }
     seconds, ci = _cost([r["decode"]["seconds"] for r in rows])
-    costs["vanilla_decode"] = {"seconds": seconds, "ci": ci, "tokens": float(np.mean([len(r["decode"]["tokens"])
-                                                                                          for r in rows])), "n": n}
+    costs["vanilla_decode"] = {
+        "seconds": seconds,
+        "ci": ci,
+        "tokens": float(np.mean([len(r["decode"]["tokens"]) for r in rows])),
+        "n": n,
+    }
     costs["overhead"] = _overhead(costs, models["small"], xs[:n], max_new_tokens, threads, warmup)
-    costs["batch_gain"], identical = _batch_gain(large, xs[:batch_n], batch_sizes, max_new_tokens, threads, warmup)
+    costs["batch_gain"], identical = _batch_gain(
+        large, xs[:batch_n], batch_sizes, max_new_tokens, threads, warmup
+    )
     machine = shard.machine(device)
-    key = {"kind": "calibration", "pair": pair, "device": torch.device(device).type,
-           "device_name": machine["device_name"], "processor": machine["processor"], "threads": threads,
-           "protocol": timing.settings(threads, 1, warmup)}
-    record = {"key": key, "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "versions": versions(),
-              "machine": machine, "weights": "random" if random_weights else "trained",
-              "encoder_decoder": bool(large.config.is_encoder_decoder), "costs": costs,
-              "batched_identical": identical, "seconds": round(time.perf_counter() - t_start, 1)}
+    key = {
+        "kind": "calibration",
+        "pair": pair,
+        "device": torch.device(device).type,
+        "device_name": machine["device_name"],
+        "processor": machine["processor"],
+        "threads": threads,
+        "protocol": timing.settings(threads, 1, warmup),
+    }
+    record = {
+        "key": key,
+        "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "versions": versions(),
+        "machine": machine,
+        "weights": "random" if random_weights else "trained",
+        "encoder_decoder": bool(large.config.is_encoder_decoder),
+        "costs": costs,
+        "batched_identical": identical,
+        "seconds": round(time.perf_counter() - t_start, 1),
+    }
     if registry is not None:
         (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
     return record
 
 
-# the fixed policies whose whole decodes measure the loop's host work beyond the greedy loop's: a drafting method's
-# per draft step, prompt lookup's (no draft model) and the vanilla model's sampling ("sample", the baseline of the
-# sampling policies) per large-model call
+# the fixed policies whose whole decodes measure the loop's host work beyond the greedy loop's: a
+# drafting method's per draft step, prompt lookup's (no draft model) and the vanilla model's
+# sampling ("sample", the baseline of the sampling policies) per large-model call
 OVERHEAD_POLICIES = {
     "speculative": dict(method="speculative", k=4),
     "speculative sampling": dict(method="speculative", k=4, do_sample=True),
@@ -271,36 +412,57 @@ OVERHEAD_POLICIES = {
 
 
 def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -> dict:
-    """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read, sampling's
-    probabilities and draws, prompt lookup's n-gram search), which the calls above leave out: whole decodes of the
-    small model alone and of `OVERHEAD_POLICIES` on the sample, interleaved under the protocol; their time beyond what
-    their exact counts cost on the calls above. `large_call`: the greedy loop's, per call;
-    beyond it, a drafting method's per draft step (`draft_step`), prompt lookup's and sampling's per large-model call
-    (`call`). `large_call` is read from the small model's greedy decodes (the same loop, whichever model it runs):
-    there a step is a few times cheaper, so the same noise of the clock is a few times smaller against it (from the
-    large model's, under load, it came out below zero). Medians over the decodes: one slow decode (the machine's
-    other work) moves a mean, not a median."""
-    from ..measure import costs as pricing
+    """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read,
+    sampling's probabilities and draws, prompt lookup's n-gram search), which the calls above leave
+    out: whole decodes of the small model alone and of `OVERHEAD_POLICIES` on the sample,
+    interleaved under the protocol; their time beyond what their exact counts cost on the calls
+    above. `large_call`: the greedy loop's, per call; beyond it, a drafting method's per draft step
+    (`draft_step`), prompt lookup's and sampling's per large-model call (`call`). `large_call` is
+    read from the small model's greedy decodes (the same loop, whichever model it runs): there a
+    step is a few times cheaper, so the same noise of the clock is a few times smaller against it
+    (from the large model's, under load, it came out below zero). Medians over the decodes: one slow
+    decode (the machine's other work) moves a mean, not a median."""
     from ..engine.decoding import generate
+    from ..measure import costs as pricing
 
     large, small = models
     runners = {"greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))}
     for name, policy in OVERHEAD_POLICIES.items():
         drafts = policy["method"] in ("speculative", "bild")
         sampled = policy.get("do_sample") or policy["method"] == "sample"
-        runners[name] = (lambda p, q, seeded: lambda x, i: _out(generate(
-            large, x, small=q, max_new_tokens=max_new_tokens, seed=i if seeded else None, **p)))(
-                policy, small if drafts else None, sampled)
+        runners[name] = (
+            lambda p, q, seeded: (
+                lambda x, i: _out(
+                    generate(
+                        large,
+                        x,
+                        small=q,
+                        max_new_tokens=max_new_tokens,
+                        seed=i if seeded else None,
+                        **p,
+                    )
+                )
+            )
+        )(policy, small if drafts else None, sampled)
     rows = timing.interleave(xs, runners, warmup=min(warmup, len(xs)), threads=threads)
     cal = {"costs": {**costs, "overhead": None}}
     dec_only = not large.config.is_encoder_decoder
 
-    def extra(name, method):  # per decode: seconds beyond its counts' price, its large calls, its draft steps
+    # per decode: seconds beyond its counts' price, its large calls, its draft steps
+    def extra(name, method):
         out = []
         for x, r in zip(xs, rows):
             st = r[name]["stats"]
-            priced = pricing.decode_seconds(cal, method, "small", None if method == "greedy" else st,
-                                            len(r[name]["tokens"]), x.shape[1], dec_only)  # with no host work
+            priced = pricing.decode_seconds(
+                cal,
+                method,
+                "small",
+                None if method == "greedy" else st,
+                # with no host work
+                len(r[name]["tokens"]),
+                x.shape[1],
+                dec_only,
+            )
             out.append((r[name]["seconds"] - priced, st["large_calls"], st["small_calls"]))
         return out
 
@@ -310,7 +472,9 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
         method = "greedy" if name == "sample" else policy["method"]
         got = extra(name, method)
         if method in ("speculative", "bild"):
-            out["draft_step"][name] = float(np.median([(e - c * per_call) / max(s, 1) for e, c, s in got]))
+            out["draft_step"][name] = float(
+                np.median([(e - c * per_call) / max(s, 1) for e, c, s in got])
+            )
         else:
             out["call"][name] = float(np.median([e / max(c, 1) - per_call for e, c, _ in got]))
     return out
@@ -321,18 +485,24 @@ def _out(o) -> tuple[list[int], dict]:
 
 
 def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tuple[dict, dict]:
-    """Batch-1 decodes of `xs` (the protocol) against batched ones at each size: the gain per output, its interval
-    over the batch-1 examples, and how many batched outputs equal the batch-1 ones."""
+    """Batch-1 decodes of `xs` (the protocol) against batched ones at each size: the gain per
+    output, its interval over the batch-1 examples, and how many batched outputs equal the batch-1
+    ones."""
     from ..engine.batch import generate_batch
     from ..engine.decoding import generate
 
-    rows = timing.interleave(xs, {"decode": lambda x, i: (generate(large, x, max_new_tokens=max_new_tokens).tokens,
-                                                          {})}, warmup=min(warmup, len(xs)), threads=threads)
+    rows = timing.interleave(
+        xs,
+        {"decode": lambda x, i: (generate(large, x, max_new_tokens=max_new_tokens).tokens, {})},
+        warmup=min(warmup, len(xs)),
+        threads=threads,
+    )
     one = np.array([r["decode"]["seconds"] for r in rows])
     gains, cis, same, sizes = [], [], 0, sorted({min(b, len(xs)) for b in batch_sizes})
     with timing.fixed_threads(threads), torch.inference_mode():
         for size in sizes:
-            generate_batch(large, xs[:size], max_new_tokens=max_new_tokens, batch_size=size)  # warm-up
+            # warm-up
+            generate_batch(large, xs[:size], max_new_tokens=max_new_tokens, batch_size=size)
             t0 = timing.clock(large.device)
             outs = generate_batch(large, xs, max_new_tokens=max_new_tokens, batch_size=size)
             per_output = (timing.clock(large.device) - t0) / len(xs)
@@ -340,8 +510,10 @@ def _batch_gain(large, xs, batch_sizes, max_new_tokens, threads, warmup) -> tupl
             lo, hi = interval(lambda idx: mean(one, idx) / per_output, len(one))
             cis.append([lo, hi])
             same += sum(o.tokens == r["decode"]["tokens"] for o, r in zip(outs, rows))
-    return ({"batch_sizes": sizes, "gain": gains, "ci": cis, "n": len(xs)},
-            {"n": len(xs) * len(sizes), "identical": int(same)})
+    return (
+        {"batch_sizes": sizes, "gain": gains, "ci": cis, "n": len(xs)},
+        {"n": len(xs) * len(sizes), "identical": int(same)},
+    )
 
 
 def _readable(pair: str) -> bool:
@@ -351,19 +523,28 @@ def _readable(pair: str) -> bool:
 
         load_pair(pair)
         return True
-    except Exception:  # no mirror, no hub: the calibration builds the models from their configurations
+    # no mirror, no hub: the calibration builds the models from their configurations
+    except Exception:
         return False
 
 
-def for_machine(registry, pair: str, device: str = "cpu", threads: int | None = 1,
-                machine: dict | None = None) -> dict | None:
-    """The newest calibration of `pair` made on this machine (device type and name, CPU model, threads), or on
-    `machine` (a record's `machines` entry: where its examples were timed), or None."""
+def for_machine(
+    registry, pair: str, device: str = "cpu", threads: int | None = 1, machine: dict | None = None
+) -> dict | None:
+    """The newest calibration of `pair` made on this machine (device type and name, CPU model,
+    threads), or on `machine` (a record's `machines` entry: where its examples were timed), or None.
+    """
     reg = registry if isinstance(registry, Registry) else Registry(registry)
     here = machine or shard.machine(device)
-    if "processor" not in here:  # timed before records named the CPU model: no calibration can be matched
+    # timed before records named the CPU model: no calibration can be matched
+    if "processor" not in here:
         return None
-    want = {"pair": pair, "device": torch.device(here["device"]).type, "device_name": here["device_name"],
-            "processor": here["processor"], "threads": threads}
+    want = {
+        "pair": pair,
+        "device": torch.device(here["device"]).type,
+        "device_name": here["device_name"],
+        "processor": here["processor"],
+        "threads": threads,
+    }
     found = [c for c in reg.calibrations() if all(c["key"].get(k) == v for k, v in want.items())]
     return max(found, key=lambda c: c["made"]) if found else None

@@ -1,5 +1,6 @@
-"""Pricing the registry's records: a calibration of a machine (`calibrate`) applied to the records a sweep stored
-(`costs.predict`), with the calibration named in each record, and the registry's records priced on another machine.
+"""Pricing the registry's records: a calibration of a machine (`calibrate`) applied to the records a
+sweep stored (`costs.predict`), with the calibration named in each record, and the registry's
+records priced on another machine.
 
     attach(record, calibration, sources, encoder_decoder=True)   # the predicted speedup beside the measured one
     reprice(Registry("results/toy"), {"toy-mt": calibration})    # every record of the pair priced again
@@ -18,41 +19,54 @@ from .registry import digest
 
 
 def reference(cal: dict, draft: str = "small", record: dict | None = None) -> dict:
-    """What a record says of the calibration that priced it: the machine, when (its key's digest finds it), whether
-    the record was timed there (`timed_here`), and the cost ratios it priced with (c of the record's draft; the
-    verifier's pass over m tokens in one-token passes)."""
+    """What a record says of the calibration that priced it: the machine, when (its key's digest
+    finds it), whether the record was timed there (`timed_here`), and the cost ratios it priced with
+    (c of the record's draft; the verifier's pass over m tokens in one-token passes)."""
     k = cal["key"]
     try:
         c = round(cost_ratio(cal, draft), 4)
     except ValueError:  # a draft this calibration did not measure
         c = None
-    return {"digest": digest(k), "pair": k["pair"], "device_name": k["device_name"], "processor": k["processor"],
-            "threads": k["threads"], "made": cal["made"], "timed_here": timed_here(record or {}, cal), "c": c,
-            "pass_ratio": {str(m): r for m, r in pass_ratios(cal).items()}}
+    return {
+        "digest": digest(k),
+        "pair": k["pair"],
+        "device_name": k["device_name"],
+        "processor": k["processor"],
+        "threads": k["threads"],
+        "made": cal["made"],
+        "timed_here": timed_here(record or {}, cal),
+        "c": c,
+        "pass_ratio": {str(m): r for m, r in pass_ratios(cal).items()},
+    }
 
 
 def attach(record: dict, cal: dict | None, sources: list[int], *, encoder_decoder: bool) -> dict:
-    """The record with its predicted speedup beside the measured one (`predict`) and the calibration named
-    (`record["calibration"]`); without a calibration, both are None."""
-    record["summary"].update(predict(record, cal, sources, encoder_decoder=encoder_decoder) if cal else
-                             dict.fromkeys(FIELDS))
-    record["calibration"] = reference(cal, record["key"].get("draft", "small"), record) if cal else None
+    """The record with its predicted speedup beside the measured one (`predict`) and the calibration
+    named (`record["calibration"]`); without a calibration, both are None."""
+    record["summary"].update(
+        predict(record, cal, sources, encoder_decoder=encoder_decoder)
+        if cal
+        else dict.fromkeys(FIELDS)
+    )
+    record["calibration"] = (
+        reference(cal, record["key"].get("draft", "small"), record) if cal else None
+    )
     return record
 
 
 @lru_cache(maxsize=16)
 def source_lengths(pair: str, task: str, split: str, limit) -> tuple[list[int], bool]:
-    """Every example's source length in the pair's large-model input (`Pair.encode`), and whether the pair is
-    encoder-decoder."""
+    """Every example's source length in the pair's large-model input (`Pair.encode`), and whether
+    the pair is encoder-decoder."""
     p = shard.load(pair, "small", "cpu", str(zoo_dir()))
     lengths = [p.encode(ex["source"]).shape[1] for ex in tasks.load_task(task, split, limit=limit)]
     return lengths, bool(p.large.config.is_encoder_decoder)
 
 
 def reprice(registry, calibrations: dict[str, dict]) -> int:
-    """Price every record of `registry` whose pair has a calibration in `calibrations` ({pair: calibration}),
-    storing its predicted speedup and the calibration's name; nothing else in a record changes. Returns the records
-    rewritten."""
+    """Price every record of `registry` whose pair has a calibration in `calibrations` ({pair:
+    calibration}), storing its predicted speedup and the calibration's name; nothing else in a
+    record changes. Returns the records rewritten."""
     done = 0
     for record in registry.records():
         key = record["key"]
@@ -69,10 +83,10 @@ def reprice(registry, calibrations: dict[str, dict]) -> int:
 
 
 def elsewhere(records: list[dict], cal: dict) -> list[dict]:
-    """Every priced record's speedup on the machine of `cal` (a calibration of another machine, e.g. one a user
-    made with `bildlab calibrate` on their GPU) beside the one measured here and the one predicted here: the counts
-    are the machine-independent mechanism, the costs the other machine's. Records of another pair than the
-    calibration's are left out."""
+    """Every priced record's speedup on the machine of `cal` (a calibration of another machine, e.g.
+    one a user made with `bildlab calibrate` on their GPU) beside the one measured here and the one
+    predicted here: the counts are the machine-independent mechanism, the costs the other machine's.
+    Records of another pair than the calibration's are left out."""
     out = []
     for r in records:
         key = r["key"]
@@ -83,9 +97,18 @@ def elsewhere(records: list[dict], cal: dict) -> list[dict]:
         if there["predicted_speedup"] is None:
             continue
         s = r["summary"]
-        out.append({"key": key, "pair": key["pair"], "split": key["split"], "method": key["method"],
-                    "draft": key.get("draft", "small"),
-                    "measured here": s["speedup"], "measured here ci": s["speedup_ci"],
-                    "predicted here": s.get("predicted_speedup"),
-                    "predicted there": there["predicted_speedup"], "predicted there ci": there["predicted_speedup_ci"]})
+        out.append(
+            {
+                "key": key,
+                "pair": key["pair"],
+                "split": key["split"],
+                "method": key["method"],
+                "draft": key.get("draft", "small"),
+                "measured here": s["speedup"],
+                "measured here ci": s["speedup_ci"],
+                "predicted here": s.get("predicted_speedup"),
+                "predicted there": there["predicted_speedup"],
+                "predicted there ci": there["predicted_speedup_ci"],
+            }
+        )
     return out

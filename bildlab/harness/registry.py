@@ -1,15 +1,16 @@
 """The results registry: one JSON record per evaluated policy, named by a hash of its key.
 
-A record's key is what defines the experiment (pair, task, split, examples, policy, generation budget, timing
-protocol, model and data hashes); the library versions it was made with are provenance, stored in the record
-(`versions`), not in the key: the committed study replays under other releases, and `recompute` asks for new records.
-A record is written atomically and reused, so a rerun is instant; anything in the registry that is not a well-formed
-record (truncated, not an object, a key that is not its file's) is reported and recomputed. On disk a record's
-examples are columns, the vanilla runs of its sweep are stored once for all its records (`.sweeps/`), an output
-identical to vanilla's is not stored again, and a column of outputs is stored once by its content (`.outputs/`: the
-vanilla outputs of a split are the same in every sweep over it); `get` gives back the rows exactly as they were put.
-A sweep in progress keeps its finished examples in a checkpoint next to the records (`.partial/`), so an interrupted
-sweep resumes from its last finished example.
+A record's key is what defines the experiment (pair, task, split, examples, policy, generation
+budget, timing protocol, model and data hashes); the library versions it was made with are
+provenance, stored in the record (`versions`), not in the key: the committed study replays under
+other releases, and `recompute` asks for new records. A record is written atomically and reused, so
+a rerun is instant; anything in the registry that is not a well-formed record (truncated, not an
+object, a key that is not its file's) is reported and recomputed. On disk a record's examples are
+columns, the vanilla runs of its sweep are stored once for all its records (`.sweeps/`), an output
+identical to vanilla's is not stored again, and a column of outputs is stored once by its content
+(`.outputs/`: the vanilla outputs of a split are the same in every sweep over it); `get` gives back
+the rows exactly as they were put. A sweep in progress keeps its finished examples in a checkpoint
+next to the records (`.partial/`), so an interrupted sweep resumes from its last finished example.
 """
 
 from __future__ import annotations
@@ -26,13 +27,24 @@ from pathlib import Path
 from ..atomic import atomic_path
 
 DEFAULT_REGISTRY = "results"
-LIBRARIES = ("torch", "transformers", "tokenizers")  # whose releases a record's outputs and timings may depend on
-OLD_KEY_FIELDS = ("bildlab", "torch", "transformers")  # versions that keys held before they became provenance
-# Per-example fields of a sweep's vanilla runs (the large model alone, transformers' generate): the same in every
-# record of the sweep, so stored once, in <root>/.sweeps/<sweep>.json
-CALIBRATIONS = ".calibrations"  # the machine's calibrations (`calibrate`), one file each, beside the records
-SHARED = ("baseline_output", "baseline_tokens", "baseline_seconds", "baseline_truncated", "hf_seconds", "hf_identical")
-OUTPUTS = ("output", "baseline_output")  # columns of outputs, each stored once by its content in <root>/.outputs/
+# whose releases a record's outputs and timings may depend on
+LIBRARIES = ("torch", "transformers", "tokenizers")
+# versions that keys held before they became provenance
+OLD_KEY_FIELDS = ("bildlab", "torch", "transformers")
+# Per-example fields of a sweep's vanilla runs (the large model alone, transformers' generate): the
+# same in every record of the sweep, so stored once, in <root>/.sweeps/<sweep>.json
+# the machine's calibrations (`calibrate`), one file each, beside the records
+CALIBRATIONS = ".calibrations"
+SHARED = (
+    "baseline_output",
+    "baseline_tokens",
+    "baseline_seconds",
+    "baseline_truncated",
+    "hf_seconds",
+    "hf_identical",
+)
+# columns of outputs, each stored once by its content in <root>/.outputs/
+OUTPUTS = ("output", "baseline_output")
 
 
 def digest(obj) -> str:
@@ -53,9 +65,14 @@ def versions() -> dict:
 
 
 def differences(made: dict, now: dict | None = None) -> dict:
-    """{name: (made with, here)} for every version a record states that differs from this environment's."""
+    """{name: (made with, here)} for every version a record states that differs from this
+    environment's."""
     now = versions() if now is None else now
-    return {k: (v, now.get(k)) for k, v in sorted((made or {}).items()) if v is not None and v != now.get(k)}
+    return {
+        k: (v, now.get(k))
+        for k, v in sorted((made or {}).items())
+        if v is not None and v != now.get(k)
+    }
 
 
 def _well_formed(record, key: dict | None = None) -> str | None:
@@ -72,15 +89,19 @@ def _well_formed(record, key: dict | None = None) -> str | None:
 
 
 def _columns(rows: list[dict], fields: list[str]) -> dict:
-    """Rows as columns, {field: [value per row]}; a field whose rows hold dicts with the same keys (stats) as
-    {"columns": {key: [value per row that has one]}} in turn, with "has": a string of 1 and 0 where some rows have
-    none (None, e.g. the examples a timed sample left out)."""
+    """Rows as columns, {field: [value per row]}; a field whose rows hold dicts with the same keys
+    (stats) as {"columns": {key: [value per row that has one]}} in turn, with "has": a string of 1
+    and 0 where some rows have none (None, e.g. the examples a timed sample left out)."""
     out = {}
     for f in fields:
         values = [r[f] for r in rows]
         dicts = [v for v in values if v is not None]
         first = dicts[0] if dicts else None
-        if isinstance(first, dict) and first and all(isinstance(v, dict) and list(v) == list(first) for v in dicts):
+        if (
+            isinstance(first, dict)
+            and first
+            and all(isinstance(v, dict) and list(v) == list(first) for v in dicts)
+        ):
             out[f] = {"columns": {k: [v[k] for v in dicts] for k in first}}
             if len(dicts) < len(values):
                 out[f]["has"] = "".join("0" if v is None else "1" for v in values)
@@ -103,10 +124,10 @@ def _rows(n: int, fields: list[str], columns: dict) -> list[dict]:
 
 
 def _pack(columns: dict) -> dict:
-    """Columns as stored: a column of booleans (None allowed) as one string of 1, 0 and -, one of integers 0-9 (the
-    machine index; None allowed) as a string of digits and -, one of seconds (a field named ...seconds) as whole
-    nanoseconds ({"ns": [...]}; the harness keeps seconds to the nanosecond, `timing.ns`); the rest as they are.
-    Stats columns in turn."""
+    """Columns as stored: a column of booleans (None allowed) as one string of 1, 0 and -, one of
+    integers 0-9 (the machine index; None allowed) as a string of digits and -, one of seconds (a
+    field named ...seconds) as whole nanoseconds ({"ns": [...]}; the harness keeps seconds to the
+    nanosecond, `timing.ns`); the rest as they are. Stats columns in turn."""
     out = {}
     for f, c in columns.items():
         if isinstance(c, dict) and "columns" in c:
@@ -167,9 +188,9 @@ class Registry:
         return None
 
     def put(self, key: dict, record: dict) -> Path:
-        """Write a record whole: its examples as columns, the sweep's vanilla columns in the sweep's file (written
-        first, once; a record whose vanilla columns differ from its sweep file's keeps its own), and an output
-        identical to the vanilla one not again."""
+        """Write a record whole: its examples as columns, the sweep's vanilla columns in the sweep's
+        file (written first, once; a record whose vanilla columns differ from its sweep file's keeps
+        its own), and an output identical to the vanilla one not again."""
         path, rows = self.path(key), record["examples"]
         fields = list(rows[0]) if rows else []
         if not rows or any(list(r) != fields for r in rows):
@@ -180,10 +201,17 @@ class Registry:
             if shared and not self._share(sweep, self._store(_columns(rows, shared)), len(rows)):
                 shared = []
             columns = _columns(rows, [f for f in fields if f not in shared])
-            if {"output", "identical", "baseline_output"} <= set(fields):  # an output identical to vanilla's: once
-                columns["output"] = [None if same else o for o, same in zip(columns["output"], columns["identical"])]
-            packed = {"n": len(rows), "fields": fields, "sweep_columns": sweep if shared else None,
-                      "columns": self._store(columns)}
+            # an output identical to vanilla's: once
+            if {"output", "identical", "baseline_output"} <= set(fields):
+                columns["output"] = [
+                    None if same else o for o, same in zip(columns["output"], columns["identical"])
+                ]
+            packed = {
+                "n": len(rows),
+                "fields": fields,
+                "sweep_columns": sweep if shared else None,
+                "columns": self._store(columns),
+            }
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps({**record, "examples": packed}, separators=(",", ":")))
         return path
@@ -196,8 +224,8 @@ class Registry:
         return self.root / ".sweeps" / f"{sweep}.json"
 
     def _store(self, columns: dict) -> dict:
-        """Columns as stored (`_pack`), each column of outputs as {"outputs": its digest}, the column in
-        <root>/.outputs/<digest>.json, written first and once."""
+        """Columns as stored (`_pack`), each column of outputs as {"outputs": its digest}, the
+        column in <root>/.outputs/<digest>.json, written first and once."""
         out = _pack(columns)
         for f in OUTPUTS:
             if isinstance(out.get(f), list) and any(v is not None for v in out[f]):
@@ -210,8 +238,8 @@ class Registry:
         return out
 
     def _load(self, columns: dict) -> dict:
-        """The inverse of `_store`: a file of outputs whose column is not the one its name stands for raises
-        ValueError."""
+        """The inverse of `_store`: a file of outputs whose column is not the one its name stands
+        for raises ValueError."""
         out = _unpack(columns)
         for f, c in out.items():
             if isinstance(c, dict) and "outputs" in c:
@@ -236,7 +264,8 @@ class Registry:
         return True
 
     def _read(self, path: Path) -> dict:
-        """A record as written, its examples back as rows (a record stored as rows is read as it is)."""
+        """A record as written, its examples back as rows (a record stored as rows is read as it
+        is)."""
         record = json.loads(path.read_text())
         if isinstance(record, dict) and isinstance(record.get("examples"), dict):
             packed = record["examples"]
@@ -247,15 +276,23 @@ class Registry:
                     raise ValueError("its sweep's file holds another number of examples")
                 columns.update(self._load(shared["columns"]))
             if {"output", "identical", "baseline_output"} <= set(packed["fields"]):
-                columns["output"] = [b if same else o for o, same, b in
-                                     zip(columns["output"], columns["identical"], columns["baseline_output"])]
+                columns["output"] = [
+                    b if same else o
+                    for o, same, b in zip(
+                        columns["output"], columns["identical"], columns["baseline_output"]
+                    )
+                ]
             record["examples"] = _rows(packed["n"], packed["fields"], columns)
         return record
 
     def files(self) -> list[Path]:
-        """The record files (not the sweeps' shared columns, not the outputs' files, not checkpoints)."""
-        return [p for p in sorted(self.root.rglob("*.json"))
-                if not {".partial", ".sweeps", ".outputs", CALIBRATIONS} & set(p.parts)]
+        """The record files (not the sweeps' shared columns, not the outputs' files, not
+        checkpoints)."""
+        return [
+            p
+            for p in sorted(self.root.rglob("*.json"))
+            if not {".partial", ".sweeps", ".outputs", CALIBRATIONS} & set(p.parts)
+        ]
 
     def sweep_files(self) -> list[Path]:
         return sorted((self.root / ".sweeps").glob("*.json"))
@@ -270,18 +307,20 @@ class Registry:
             try:
                 data = json.loads(path.read_text())
                 columns = data["columns"] if "columns" in data else data["examples"]["columns"]
-                names |= {c["outputs"] for c in columns.values() if isinstance(c, dict) and "outputs" in c}
+                names |= {
+                    c["outputs"] for c in columns.values() if isinstance(c, dict) and "outputs" in c
+                }
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
         return names
 
     def compact(self) -> int:
-        """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an earlier packing):
-        columns, the vanilla runs once per sweep, booleans and machine indices as strings, seconds as whole
-        nanoseconds, each column of outputs once by its content (a sweep's file that no record reads, its records
-        timed again, is made again from them). Returns how many record files changed (values unchanged, seconds to
-        the nanosecond). Each file is replaced whole; the sweeps' files first, which records of
-        either packing read."""
+        """Rewrite every record in the current storage (rows of bildlab <= 0.2, or columns of an
+        earlier packing): columns, the vanilla runs once per sweep, booleans and machine indices as
+        strings, seconds as whole nanoseconds, each column of outputs once by its content (a sweep's
+        file that no record reads, its records timed again, is made again from them). Returns how
+        many record files changed (values unchanged, seconds to the nanosecond). Each file is
+        replaced whole; the sweeps' files first, which records of either packing read."""
         for path in self.sweep_files():
             try:
                 shared = json.loads(path.read_text())
@@ -291,7 +330,8 @@ class Registry:
             if packed != shared:
                 with atomic_path(path) as tmp:
                     tmp.write_text(json.dumps(packed, separators=(",", ":")))
-        referenced, kept = set(), set()  # sweeps whose file a record reads; sweeps with records that keep their own
+        # sweeps whose file a record reads; sweeps with records that keep their own
+        referenced, kept = set(), set()
         for path in self.files():
             try:
                 raw = json.loads(path.read_text())
@@ -303,7 +343,8 @@ class Registry:
                 referenced.add(sweep)
             else:
                 kept.add(own)
-        for sweep in kept - referenced - {None}:  # a file no record reads (its records retimed): made again below
+        # a file no record reads (its records retimed): made again below
+        for sweep in kept - referenced - {None}:
             self.drop_sweep_columns(sweep)
         done = 0
         for path in self.files():
@@ -335,8 +376,9 @@ class Registry:
         return out
 
     def survey(self) -> dict:
-        """What a replay from this registry would meet: {"records": n, "old_keys": records whose key still holds
-        library versions (`migrate` them), "versions": Counter of the versions records were made with (JSON)}."""
+        """What a replay from this registry would meet: {"records": n, "old_keys": records whose key
+        still holds library versions (`migrate` them), "versions": Counter of the versions records
+        were made with (JSON)}."""
         made: Counter = Counter()
         old = n = 0
         with warnings.catch_warnings():
@@ -349,21 +391,27 @@ class Registry:
         return {"records": n, "old_keys": old, "versions": made}
 
     def migrate(self, rekey) -> int:
-        """Move records whose key holds library versions (bildlab <= 0.2) to their key without them: `rekey(key)`
-        gives the new key; the versions go into the record's `versions`. Outputs and timings are kept as they are;
-        each record is written whole before its old file goes. Returns the number of records moved."""
+        """Move records whose key holds library versions (bildlab <= 0.2) to their key without them:
+        `rekey(key)` gives the new key; the versions go into the record's `versions`. Outputs and
+        timings are kept as they are; each record is written whole before its old file goes. Returns
+        the number of records moved."""
         moved = 0
         for path in self.files():
             try:
                 record = self._read(path)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if _well_formed(record) is not None or not any(f in record["key"] for f in OLD_KEY_FIELDS):
+            if _well_formed(record) is not None or not any(
+                f in record["key"] for f in OLD_KEY_FIELDS
+            ):
                 continue
             key = record["key"]
             made = {f: key[f] for f in OLD_KEY_FIELDS if f in key}
-            record = {**record, "key": rekey({k: v for k, v in key.items() if k not in OLD_KEY_FIELDS}),
-                      "versions": {**made, **record.get("versions", {})}}
+            record = {
+                **record,
+                "key": rekey({k: v for k, v in key.items() if k not in OLD_KEY_FIELDS}),
+                "versions": {**made, **record.get("versions", {})},
+            }
             if self.path(record["key"]) != path:
                 self.put(record["key"], record)
                 path.unlink()
@@ -373,18 +421,23 @@ class Registry:
     # -- checkpoints of sweeps in progress: {"index": row} of the finished examples
 
     def put_calibration(self, record: dict) -> Path:
-        """Write a calibration record (`calibrate`) whole, under .calibrations/<pair>-<digest of its key>-<when made>
-        .json: every calibration is kept, since records name the one that priced them (`for_machine` reads the
-        newest)."""
+        """Write a calibration record (`calibrate`) whole, under .calibrations/<pair>-<digest of its
+        key>-<when made> .json: every calibration is kept, since records name the one that priced
+        them (`for_machine` reads the newest)."""
         made = record["made"].replace("-", "").replace(":", "")
-        path = self.root / CALIBRATIONS / f"{record['key']['pair']}-{digest(record['key'])}-{made}.json"
+        path = (
+            self.root
+            / CALIBRATIONS
+            / f"{record['key']['pair']}-{digest(record['key'])}-{made}.json"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
         return path
 
     def calibrations(self) -> list[dict]:
-        """Every calibration record of this registry (a file that cannot be read is reported and skipped)."""
+        """Every calibration record of this registry (a file that cannot be read is reported and
+        skipped)."""
         out = []
         for path in sorted((self.root / CALIBRATIONS).glob("*.json")):
             try:
@@ -418,7 +471,9 @@ class Registry:
     def save_partial(self, sweep_key: dict, rows: dict[int, dict]) -> None:
         path = self._partial(sweep_key)
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps({"key": sweep_key, "rows": {str(i): r for i, r in sorted(rows.items())}}))
+            tmp.write_text(
+                json.dumps({"key": sweep_key, "rows": {str(i): r for i, r in sorted(rows.items())}})
+            )
 
     def drop_partial(self, sweep_key: dict) -> None:
         path = self._partial(sweep_key)

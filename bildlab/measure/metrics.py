@@ -10,19 +10,21 @@ Both return a float on a 0-100 scale. One reference per hypothesis.
 
 METRICS = ("bleu", "rougeL")
 
-# Sentence splitting for ROUGE-Lsum, offline: nltk's Punkt algorithm (what the paper-era scripts ran, through
-# nltk.sent_tokenize) without its trained English model, which cannot be downloaded here; instead a fixed list of
-# abbreviations and single-letter initials that never end a sentence ("U.S.", "Mr.", "p.m.", "J. K."). Newlines
-# always end a sentence (CNN/DailyMail highlights are one per line).
+# Sentence splitting for ROUGE-Lsum, offline: nltk's Punkt algorithm (what the paper-era scripts
+# ran, through nltk.sent_tokenize) without its trained English model, which cannot be downloaded
+# here; instead a fixed list of abbreviations and single-letter initials that never end a sentence
+# ("U.S.", "Mr.", "p.m.", "J. K."). Newlines always end a sentence (CNN/DailyMail highlights are one
+# per line).
 ABBREVIATIONS = frozenset(
     "u.s u.k u.n e.u u.s.a mr mrs ms dr prof st jr sr gen gov sen rep col lt sgt capt rev inc corp co ltd vs etc "
-    "e.g i.e a.m p.m jan feb mar apr jun jul aug sep sept oct nov dec mt ft".split()) | frozenset(
-    "abcdefghijklmnopqrstuvwxyz")
+    "e.g i.e a.m p.m jan feb mar apr jun jul aug sep sept oct nov dec mt ft".split()
+) | frozenset("abcdefghijklmnopqrstuvwxyz")
 _SPLITTER = None
 
 
 def split_sentences(text):
-    """Split ``text`` into sentences: at newlines, then by Punkt with ABBREVIATIONS (offline, deterministic)."""
+    """Split ``text`` into sentences: at newlines, then by Punkt with ABBREVIATIONS (offline,
+    deterministic)."""
     global _SPLITTER
     if _SPLITTER is None:
         from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
@@ -41,7 +43,8 @@ def bleu(hypotheses, references):
     import sacrebleu
 
     _check_pairs(hypotheses, references)
-    # force=True: no 'tokenized period' warning (the toy tasks write ' .'); the score is the same either way
+    # force=True: no 'tokenized period' warning (the toy tasks write ' .'); the score is the same
+    # either way
     return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], force=True).score)
 
 
@@ -55,8 +58,8 @@ def rouge_l(hypotheses, references, *, stemmer=True):
 
 
 def rouge_l_each(hypotheses, references, *, stemmer=True):
-    """rougeLsum F-measure x 100 of every hypothesis, with rouge-score's Porter stemmer or without (``stemmer=False``:
-    the paper's summarization tasks, see ``tasks.metric_options``).
+    """rougeLsum F-measure x 100 of every hypothesis, with rouge-score's Porter stemmer or without
+    (``stemmer=False``: the paper's summarization tasks, see ``tasks.metric_options``).
 
     rougeLsum treats lines as sentences, so each text is first split into
     sentences with ``split_sentences`` and re-joined with newlines.
@@ -69,12 +72,18 @@ def rouge_l_each(hypotheses, references, *, stemmer=True):
 
         _ROUGE_SCORERS[stemmer] = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=stemmer)
     scorer = _ROUGE_SCORERS[stemmer]
-    return [100.0 * scorer.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))["rougeLsum"].fmeasure
-            for hyp, ref in zip(hypotheses, references)]
+    return [
+        100.0
+        * scorer.score("\n".join(split_sentences(ref)), "\n".join(split_sentences(hyp)))[
+            "rougeLsum"
+        ].fmeasure
+        for hyp, ref in zip(hypotheses, references)
+    ]
 
 
 def score(metric, hypotheses, references, **options):
-    """Score with ``metric``: "bleu" or "rougeL" (``options``: rouge_l's ``stemmer``; ``tasks.metric_options``)."""
+    """Score with ``metric``: "bleu" or "rougeL" (``options``: rouge_l's ``stemmer``;
+    ``tasks.metric_options``)."""
     if metric == "bleu":
         if options:
             raise ValueError(f"bleu takes no options; got {', '.join(sorted(options))}")
@@ -95,34 +104,41 @@ def _check_pairs(hypotheses, references):
             if not isinstance(text, str):
                 raise TypeError(f"{name}[{i}] must be a str; got {type(text).__name__}")
     if len(hypotheses) != len(references):
-        raise ValueError(f"hypotheses and references must have the same length; "
-                         f"got {len(hypotheses)} hypotheses and {len(references)} references")
+        raise ValueError(
+            f"hypotheses and references must have the same length; "
+            f"got {len(hypotheses)} hypotheses and {len(references)} references"
+        )
     if not hypotheses:
         raise ValueError("hypotheses and references must not be empty")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Per-example data, from which the corpus score of any resample of examples is computed (bootstrap intervals)
+# Per-example data, from which the corpus score of any resample of examples is computed (bootstrap
+# intervals)
 
 
 def sentence_data(metric, hypotheses, references, **options):
-    """What the corpus score is made of, one row per example: sacrebleu's sufficient statistics for BLEU
-    (sys_len, ref_len, correct[4], total[4]), the rougeLsum F-measure x 100 for ROUGE-L."""
+    """What the corpus score is made of, one row per example: sacrebleu's sufficient statistics for
+    BLEU (sys_len, ref_len, correct[4], total[4]), the rougeLsum F-measure x 100 for ROUGE-L."""
     import numpy as np
 
     _check_pairs(hypotheses, references)
     if metric == "bleu":
         from sacrebleu.metrics import BLEU
 
-        return np.asarray(BLEU(force=True)._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.int64)
+        return np.asarray(
+            BLEU(force=True)._extract_corpus_statistics(list(hypotheses), [list(references)]),
+            dtype=np.int64,
+        )
     if metric == "rougeL":
         return np.asarray(rouge_l_each(hypotheses, references, **options), dtype=float)
     raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
 
 
 def corpus(metric, data, idx):
-    """The corpus score of each resample: `idx` is an [r, n] array of example indices into `sentence_data` rows;
-    BLEU sums the statistics and lets sacrebleu score them, ROUGE-L averages. Equals `score` on idx = arange(n)."""
+    """The corpus score of each resample: `idx` is an [r, n] array of example indices into
+    `sentence_data` rows; BLEU sums the statistics and lets sacrebleu score them, ROUGE-L averages.
+    Equals `score` on idx = arange(n)."""
     import numpy as np
 
     idx = np.atleast_2d(idx)
@@ -130,7 +146,12 @@ def corpus(metric, data, idx):
         from sacrebleu.metrics import BLEU
 
         bleu = BLEU(force=True)
-        return np.array([bleu._compute_score_from_stats(row.tolist()).score for row in np.asarray(data)[idx].sum(-2)])
+        return np.array(
+            [
+                bleu._compute_score_from_stats(row.tolist()).score
+                for row in np.asarray(data)[idx].sum(-2)
+            ]
+        )
     if metric == "rougeL":
         return np.asarray(data, dtype=float)[idx].mean(-1)
     raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")

@@ -1,15 +1,15 @@
-"""What the study's questions share: the `Result` they return, table cells and answer phrases of a record, the
-split between validation (choices) and test (reports), and a question asked of every pair."""
+"""What the study's questions share: the `Result` they return, table cells and answer phrases of a
+record, the split between validation (choices) and test (reports), and a question asked of every
+pair."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from . import plots
 from ..measure import summary as sm
 from ..measure.metrics import METRIC_NAMES
-
+from . import plots
 
 INF = math.inf
 
@@ -51,68 +51,94 @@ def policy_label(record: dict) -> str:
 
 
 def n_text(summary: dict) -> str:
-    """A record's sizes for an answer or a title: 'N = 1000', or 'N = 1000, 300 timed' where speed comes from a timed
-    sample and quality from every example."""
+    """A record's sizes for an answer or a title: 'N = 1000', or 'N = 1000, 300 timed' where speed
+    comes from a timed sample and quality from every example."""
     timed = summary.get("timed_examples")
     return f"N = {summary['examples']}" + (f", {timed} timed" if timed is not None else "")
 
 
 def record_cells(record: dict) -> dict:
-    """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N where speed comes from
-    a timed sample): first what the method did, counted exactly (`mechanism`: the same on every machine), then quality,
-    then the speedup measured on this machine and the one its counts predict on the calibrated costs."""
+    """A record's numbers with their 95% intervals, as table cells (N in every row; the timed N
+    where speed comes from a timed sample): first what the method did, counted exactly (`mechanism`:
+    the same on every machine), then quality, then the speedup measured on this machine and the one
+    its counts predict on the calibrated costs."""
     s, m = record["summary"], record.get("mechanism") or {}
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
     share = m.get("small_share", s["small_share"])
     predicted = s.get("predicted_speedup")
-    return {"N": s["examples"], **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
-            "large-model share": None if share is None else round(1 - share, 3),
-            "tokens / large call": tokens_per_call(record),
-            metric: sm.fmt(s["score"], s["score_ci"]),
-            f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
-            "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
-            "predicted speedup": sm.fmt(predicted, s.get("predicted_speedup_ci"), "x") if predicted else None,
-            "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
-            "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
-            "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}",
-            # outputs computed in batches: on the timed examples, the batch-1 outputs must equal them
-            **({"batch-1 = batched (timed)": f"{record['timed_identical']}/{len(record['timed'])}"}
-               if "timed" in record else {})}
+    return {
+        "N": s["examples"],
+        **({"N timed": s["timed_examples"]} if "timed_examples" in s else {}),
+        "large-model share": None if share is None else round(1 - share, 3),
+        "tokens / large call": tokens_per_call(record),
+        metric: sm.fmt(s["score"], s["score_ci"]),
+        f"Δ {metric} vs vanilla": sm.fmt(s["delta"], s["delta_ci"], signed=True),
+        "speedup": sm.fmt(s["speedup"], s["speedup_ci"], "x"),
+        "predicted speedup": sm.fmt(predicted, s.get("predicted_speedup_ci"), "x")
+        if predicted
+        else None,
+        "speedup vs HF generate": sm.fmt(s["speedup_hf"], s["speedup_hf_ci"], "x"),
+        "identical to vanilla": f"{s['identical_count']}/{s['examples']}",
+        "hit max_new_tokens (method / vanilla)": f"{s['truncated']} / {s['baseline_truncated']}",
+        # outputs computed in batches: on the timed examples, the batch-1 outputs must equal
+        # them
+        **(
+            {"batch-1 = batched (timed)": f"{record['timed_identical']}/{len(record['timed'])}"}
+            if "timed" in record
+            else {}
+        ),
+    }
 
 
 def tokens_per_call(record: dict):
-    """Tokens per large-model call: of every example where the record counts them (`mechanism`), else of the timed."""
-    return (record.get("mechanism") or {}).get("tokens_per_large_call", record["summary"]["mean_accepted"])
+    """Tokens per large-model call: of every example where the record counts them (`mechanism`),
+    else of the timed."""
+    return (record.get("mechanism") or {}).get(
+        "tokens_per_large_call", record["summary"]["mean_accepted"]
+    )
 
 
 def plot_point(record: dict, label: str = "") -> dict:
     s = record["summary"]
-    return {"speedup": s["speedup"], "speedup_ci": s["speedup_ci"], "score": s["score"], "score_ci": s["score_ci"],
-            "label": label}
+    return {
+        "speedup": s["speedup"],
+        "speedup_ci": s["speedup_ci"],
+        "score": s["score"],
+        "score_ci": s["score_ci"],
+        "label": label,
+    }
 
 
 def speed_text(record: dict | None) -> str:
-    """What a record's method did and gave, for an answer: its tokens per large-model call (counted exactly, the
-    same on every machine), then its speedup with its interval here and its quality change; 'none' when no policy
-    qualified."""
+    """What a record's method did and gave, for an answer: its tokens per large-model call (counted
+    exactly, the same on every machine), then its speedup with its interval here and its quality
+    change; 'none' when no policy qualified."""
     if record is None:
         return "none"
     s = record["summary"]
-    loss = ("lossless" if sm.lossless(record) else
-            f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}")
-    per_call = (record.get("mechanism") or {}).get("tokens_per_large_call")  # counted exactly, where it is
+    loss = (
+        "lossless"
+        if sm.lossless(record)
+        else f"{sm.fmt(s['delta'], s['delta_ci'], signed=True)} {METRIC_NAMES.get(s['metric'], s['metric'])}"
+    )
+    # counted exactly, where it is
+    per_call = (record.get("mechanism") or {}).get("tokens_per_large_call")
     calls = f"{per_call:.2f} tokens per large call, " if per_call is not None else ""
     return f"{calls}{sm.fmt(s['speedup'], s['speedup_ci'], 'x')} ({policy_label(record)}; {loss})"
 
 
 def speedup_ci(record: dict | None) -> list | None:
-    """A record's speedup with its interval, [1.42, [1.38, 1.46]], for a headline (None: no policy qualified)."""
-    return None if record is None else [record["summary"]["speedup"], record["summary"]["speedup_ci"]]
+    """A record's speedup with its interval, [1.42, [1.38, 1.46]], for a headline (None: no policy
+    qualified)."""
+    return (
+        None if record is None else [record["summary"]["speedup"], record["summary"]["speedup_ci"]]
+    )
 
 
 def versus_text(a: dict | None, b: dict | None, names=("the first", "the second")) -> str:
-    """Two rows timed on the same examples, by the intervals of their paired differences (`summary.compare`): speed,
-    and quality where their outputs differ. Never by whether their own intervals overlap."""
+    """Two rows timed on the same examples, by the intervals of their paired differences
+    (`summary.compare`): speed, and quality where their outputs differ. Never by whether their own
+    intervals overlap."""
     if a is None or b is None:
         return "not comparable (a side has no qualifying policy)"
     if a.get("placeholder") or b.get("placeholder"):
@@ -126,21 +152,32 @@ def versus_text(a: dict | None, b: dict | None, names=("the first", "the second"
 
 
 def on_test(pair: str, chosen: dict, sweep, **run) -> dict:
-    """The policies chosen on validation ({label: record or None}), evaluated together on the test split (`run`'s
-    split and limit) in one sweep: {label: test record or None}."""
+    """The policies chosen on validation ({label: record or None}), evaluated together on the test
+    split (`run`'s split and limit) in one sweep: {label: test record or None}."""
     picked = {label: r for label, r in chosen.items() if r is not None}
-    entries = [{"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]}
-               for r in picked.values()]
+    entries = [
+        {"method": r["key"]["method"], "draft": r["key"]["draft"], **r["key"]["policy"]}
+        for r in picked.values()
+    ]
     tested = sweep(pair, entries, **run) if entries else []
     out = dict.fromkeys(chosen)
     out.update(zip(picked, tested))
     return out
 
 
-def lookup_sweep(pair: str, ngrams, ks, sweep, run: dict, val_split="validation", val_limit=None,
-            val_timing_limit=200) -> tuple[list[dict], dict | None]:
-    """Prompt lookup (no small model) on validation: its grid of n-gram sizes x draft lengths, one sweep; the records
-    and the fastest with every output identical to vanilla (None without a grid), to be reported on test."""
+def lookup_sweep(
+    pair: str,
+    ngrams,
+    ks,
+    sweep,
+    run: dict,
+    val_split="validation",
+    val_limit=None,
+    val_timing_limit=200,
+) -> tuple[list[dict], dict | None]:
+    """Prompt lookup (no small model) on validation: its grid of n-gram sizes x draft lengths, one
+    sweep; the records and the fastest with every output identical to vanilla (None without a grid),
+    to be reported on test."""
     grid = lookup_grid(ngrams, ks)
     if not grid:
         return [], None
@@ -154,7 +191,8 @@ def lookup_grid(ngrams, ks) -> list[dict]:
 
 
 def lookup_entry(record: dict, method: str = "prompt-lookup") -> dict:
-    """The policy of a prompt-lookup record as a sweep entry (the same n-gram size and k for `method`)."""
+    """The policy of a prompt-lookup record as a sweep entry (the same n-gram size and k for
+    `method`)."""
     return {"method": method, **record["key"]["policy"]}
 
 
@@ -163,7 +201,8 @@ def bild_grid(fallbacks, rollbacks) -> list[dict]:
 
 
 def validation_run(run: dict, val_split: str, val_limit, val_timing_limit=None) -> dict:
-    """The run arguments for the validation sweep (same everything, other split, size and timed sample)."""
+    """The run arguments for the validation sweep (same everything, other split, size and timed
+    sample)."""
     return {**run, "split": val_split, "limit": val_limit, "timing_limit": val_timing_limit}
 
 
@@ -171,14 +210,19 @@ def pair_list(pairs) -> list[str]:
     """`pairs` as a list: one pair's name or a non-empty sequence of names."""
     if isinstance(pairs, str):
         return [pairs]
-    if not isinstance(pairs, (list, tuple)) or not pairs or not all(isinstance(p, str) for p in pairs):
+    if (
+        not isinstance(pairs, (list, tuple))
+        or not pairs
+        or not all(isinstance(p, str) for p in pairs)
+    ):
         raise TypeError(f"pairs must be a pair's name or a non-empty list of names; got {pairs!r}")
     return list(pairs)
 
 
 def each_pair(name: str, figure: str, pairs, figures, one) -> Result:
-    """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline, answer) and draws
-    into its own panel of one figure (each pair has its own metric), saved as `figure`."""
+    """A question asked of every pair: `one(pair, ax)` returns (table rows, records, headline,
+    answer) and draws into its own panel of one figure (each pair has its own metric), saved as
+    `figure`."""
     pairs = pair_list(pairs)
     fig, axes = plots.panels(len(pairs))
     rows, records, headline, answers = [], [], {}, []
@@ -190,25 +234,57 @@ def each_pair(name: str, figure: str, pairs, figures, one) -> Result:
     return Result(name, to_table(rows), fig, " ".join(answers), headline, records)
 
 
-def draft_sweep(pair, drafts: dict[str, str], grid, title, tolerance, val_split, val_limit, val_timing_limit, ax, sweep,
-            **run) -> dict:
-    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared vanilla run); table
-    rows, both fronts drawn into `ax`; each draft's fastest policy within the tolerance, reported on test."""
+def draft_sweep(
+    pair,
+    drafts: dict[str, str],
+    grid,
+    title,
+    tolerance,
+    val_split,
+    val_limit,
+    val_timing_limit,
+    ax,
+    sweep,
+    **run,
+) -> dict:
+    """Sweep the same grid with several drafts in one interleaved sweep on validation (shared
+    vanilla run); table rows, both fronts drawn into `ax`; each draft's fastest policy within the
+    tolerance, reported on test."""
     flat = [{**g, "draft": d} for d in drafts for g in grid]
     recs = sweep(pair, flat, **validation_run(run, val_split, val_limit, val_timing_limit))
-    by = {label: recs[i * len(grid):(i + 1) * len(grid)] for i, label in enumerate(drafts.values())}
-    rows = [{"pair": pair, "draft": label, "thresholds": policy_label(r), **record_cells(r)} for label, rs in by.items()
-            for r in rs]
+    by = {
+        label: recs[i * len(grid) : (i + 1) * len(grid)] for i, label in enumerate(drafts.values())
+    }
+    rows = [
+        {"pair": pair, "draft": label, "thresholds": policy_label(r), **record_cells(r)}
+        for label, rs in by.items()
+        for r in rs
+    ]
     s0 = recs[0]["summary"]
     metric = METRIC_NAMES[s0["metric"]]
     best = {label: sm.choose(rs, tolerance) for label, rs in by.items()}
-    plots.speed_quality({f"{label} (front)": [plot_point(r, policy_label(r) if r is best[label] else "")
-                                              for r in sm.pareto(rs)]
-                         for label, rs in by.items()}, metric=metric,
-                        baseline=s0["baseline_score"], title=f"{title} ({val_split}, {n_text(s0)})", ax=ax)
+    plots.speed_quality(
+        {
+            f"{label} (front)": [
+                plot_point(r, policy_label(r) if r is best[label] else "") for r in sm.pareto(rs)
+            ]
+            for label, rs in by.items()
+        },
+        metric=metric,
+        baseline=s0["baseline_score"],
+        title=f"{title} ({val_split}, {n_text(s0)})",
+        ax=ax,
+    )
     test = on_test(pair, best, sweep, **run)
     n_test = next((n_text(t["summary"]) for t in test.values() if t), "N = 0")
-    within = (f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({n_text(s0)}), "
-              f"reported on {run.get('split', 'test')} ({n_test})")
-    return {"rows": rows, "best": test, "by": by, "within": within,
-            "records": recs + [t for t in test.values() if t]}
+    within = (
+        f"fastest within {tolerance:g} {metric} point of vanilla on {val_split} ({n_text(s0)}), "
+        f"reported on {run.get('split', 'test')} ({n_test})"
+    )
+    return {
+        "rows": rows,
+        "best": test,
+        "by": by,
+        "within": within,
+        "records": recs + [t for t in test.values() if t],
+    }

@@ -1,10 +1,10 @@
-"""Figures for the study, for reports: error bars (95% intervals), N in the title, labelled points, legends outside
-the data, a 1x reference line; written as deterministic PNG + PDF files (no timestamps in their metadata), atomically.
+"""Figures for the study, for reports: error bars (95% intervals), N in the title, labelled points,
+legends outside the data, a 1x reference line; written as deterministic PNG + PDF files (no
+timestamps in their metadata), atomically.
 
-Importing this module never changes matplotlib's backend: in Jupyter the figures show inline, in a script they are
-drawn by whatever backend is active (agg when there is no display). Every figure is closed after it is drawn, so it
-appears once, where the notebook shows it.
-"""
+Importing this module never changes matplotlib's backend: in Jupyter the figures show inline, in a
+script they are drawn by whatever backend is active (agg when there is no display). Every figure is
+closed after it is drawn, so it appears once, where the notebook shows it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def _figure(width: float = 6.4, height: float = 4.0):
 
 
 def panels(n: int, width: float = 6.4, height: float = 4.0):
-    """A figure of `n` panels stacked vertically (one per task: each has its own metric) and its axes, as a list."""
+    """A figure of `n` panels stacked vertically (one per task: each has its own metric) and its
+    axes, as a list."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(n, 1, figsize=(width, height * n), squeeze=False)
@@ -47,8 +48,9 @@ def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
 
 
 def save_data(data, name: str, folder: str | os.PathLike = "figures") -> Path:
-    """Write `data` as folder/name.json beside the figure it was drawn from (what the README's lines and tables are
-    made from, without running the question again); the file appears whole or not at all."""
+    """Write `data` as folder/name.json beside the figure it was drawn from (what the README's lines
+    and tables are made from, without running the question again); the file appears whole or not at
+    all."""
     path = Path(folder) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -57,42 +59,84 @@ def save_data(data, name: str, folder: str | os.PathLike = "figures") -> Path:
 
 
 def _errors(values, cis):
-    """Error bar lengths below and above each value (a percentile interval may, rarely, sit beside its value)."""
-    return [[max(v - lo, 0) for v, (lo, hi) in zip(values, cis)], [max(hi - v, 0) for v, (lo, hi) in zip(values, cis)]]
+    """Error bar lengths below and above each value (a percentile interval may, rarely, sit beside
+    its value)."""
+    return [
+        [max(v - lo, 0) for v, (lo, hi) in zip(values, cis)],
+        [max(hi - v, 0) for v, (lo, hi) in zip(values, cis)],
+    ]
 
 
 def _finish(ax, fig, title: str, legend: bool = True):
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.25)
     if legend:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+        ax.legend(
+            fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False
+        )
     fig.tight_layout()
     return fig
 
 
-def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float | None = None,
-                  front: list[dict] | None = None, title: str = "", annotate: bool = True,
-                  xlabel: str = "speedup over the vanilla large model (x)", reference: float | None = 1.0,
-                  xlim: tuple[float, float] | None = None, ax=None):
-    """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup, speedup_ci,
-    score, score_ci and an optional label; the points not dominated are ringed. Drawn into `ax` (a panel of
-    `panels`) when given, else into a figure of its own; returns the figure."""
+def speed_quality(
+    series: dict[str, list[dict]],
+    *,
+    metric: str,
+    baseline: float | None = None,
+    front: list[dict] | None = None,
+    title: str = "",
+    annotate: bool = True,
+    xlabel: str = "speedup over the vanilla large model (x)",
+    reference: float | None = 1.0,
+    xlim: tuple[float, float] | None = None,
+    ax=None,
+):
+    """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup,
+    speedup_ci, score, score_ci and an optional label; the points not dominated are ringed. Drawn
+    into `ax` (a panel of `panels`) when given, else into a figure of its own; returns the figure.
+    """
     fig, ax = _figure() if ax is None else (ax.figure, ax)
     for color, (name, pts) in zip(COLORS, series.items()):
         if not pts:
             continue
         xs, ys = [p["speedup"] for p in pts], [p["score"] for p in pts]
-        ax.errorbar(xs, ys, xerr=_errors(xs, [p["speedup_ci"] for p in pts]),
-                    yerr=_errors(ys, [p["score_ci"] for p in pts]), fmt="o", ms=4, color=color, ecolor=color,
-                    elinewidth=0.8, capsize=2, alpha=0.9, label=name)
+        ax.errorbar(
+            xs,
+            ys,
+            xerr=_errors(xs, [p["speedup_ci"] for p in pts]),
+            yerr=_errors(ys, [p["score_ci"] for p in pts]),
+            fmt="o",
+            ms=4,
+            color=color,
+            ecolor=color,
+            elinewidth=0.8,
+            capsize=2,
+            alpha=0.9,
+            label=name,
+        )
         if annotate:
             for p in pts:
                 if p.get("label"):
-                    ax.annotate(p["label"], (p["speedup"], p["score"]), textcoords="offset points", xytext=(4, 3),
-                                fontsize=6, color=color)
-    if front:  # not dominated by paired differences: ringed (such a set need not be a monotone line)
-        ax.scatter([p["speedup"] for p in front], [p["score"] for p in front], s=70, facecolors="none",
-                   edgecolors="black", linewidths=0.8, label="not dominated (paired differences)", zorder=3)
+                    ax.annotate(
+                        p["label"],
+                        (p["speedup"], p["score"]),
+                        textcoords="offset points",
+                        xytext=(4, 3),
+                        fontsize=6,
+                        color=color,
+                    )
+    # not dominated by paired differences: ringed (such a set need not be a monotone line)
+    if front:
+        ax.scatter(
+            [p["speedup"] for p in front],
+            [p["score"] for p in front],
+            s=70,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=0.8,
+            label="not dominated (paired differences)",
+            zorder=3,
+        )
     if baseline is not None:
         ax.axhline(baseline, color="grey", lw=0.8, ls=":", label="vanilla large model")
     if reference is not None:
@@ -104,9 +148,17 @@ def speed_quality(series: dict[str, list[dict]], *, metric: str, baseline: float
     return _finish(ax, fig, title)
 
 
-def bars(labels: list[str], series: dict[str, list[float]], *, ylabel: str, title: str = "",
-         cis: dict[str, list] | None = None, reference: float | None = None):
-    """Grouped bars with optional 95% intervals: one group per label, one bar per series; NaN bars are left out."""
+def bars(
+    labels: list[str],
+    series: dict[str, list[float]],
+    *,
+    ylabel: str,
+    title: str = "",
+    cis: dict[str, list] | None = None,
+    reference: float | None = None,
+):
+    """Grouped bars with optional 95% intervals: one group per label, one bar per series; NaN bars
+    are left out."""
     fig, ax = _figure(6.4, 3.8)
     width = 0.8 / max(len(series), 1)
     for i, (color, (name, values)) in enumerate(zip(COLORS, series.items())):
@@ -114,28 +166,66 @@ def bars(labels: list[str], series: dict[str, list[float]], *, ylabel: str, titl
         err = None
         if cis and cis.get(name):
             err = _errors(values, [ci if ci else (v, v) for v, ci in zip(values, cis[name])])
-        ax.bar(xs, values, width, label=name, color=color, yerr=err, capsize=3, error_kw={"elinewidth": 0.8})
-    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(labels))], labels, fontsize=8,
-                  rotation=15, ha="right")
+        ax.bar(
+            xs,
+            values,
+            width,
+            label=name,
+            color=color,
+            yerr=err,
+            capsize=3,
+            error_kw={"elinewidth": 0.8},
+        )
+    ax.set_xticks(
+        [j + width * (len(series) - 1) / 2 for j in range(len(labels))],
+        labels,
+        fontsize=8,
+        rotation=15,
+        ha="right",
+    )
     if reference is not None:
         ax.axhline(reference, color="black", lw=0.6)
     ax.set_ylabel(ylabel)
     return _finish(ax, fig, title, legend=len(series) > 1)
 
 
-def lines(x: list[float], series: dict[str, list[float]], *, xlabel: str, ylabel: str, title: str = "",
-          cis: dict[str, list] | None = None, reference: float | None = None):
-    """One line per series over the same x; a series whose name ends in 'expected' is dashed in the colour of its
-    'measured' partner (same prefix before ':'); 95% intervals as bands where given."""
+def lines(
+    x: list[float],
+    series: dict[str, list[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    cis: dict[str, list] | None = None,
+    reference: float | None = None,
+):
+    """One line per series over the same x; a series whose name ends in 'expected' is dashed in the
+    colour of its 'measured' partner (same prefix before ':'); 95% intervals as bands where given.
+    """
     fig, ax = _figure()
     colors: dict[str, str] = {}
     for name, values in series.items():
         group = name.split(":")[0]
         color = colors.setdefault(group, COLORS[len(colors) % len(COLORS)])
         dashed = name.endswith("expected")
-        ax.plot(x, values, ls="--" if dashed else "-", marker=None if dashed else "o", ms=4, color=color, label=name)
+        ax.plot(
+            x,
+            values,
+            ls="--" if dashed else "-",
+            marker=None if dashed else "o",
+            ms=4,
+            color=color,
+            label=name,
+        )
         if cis and cis.get(name):
-            ax.fill_between(x, [c[0] for c in cis[name]], [c[1] for c in cis[name]], color=color, alpha=0.15, lw=0)
+            ax.fill_between(
+                x,
+                [c[0] for c in cis[name]],
+                [c[1] for c in cis[name]],
+                color=color,
+                alpha=0.15,
+                lw=0,
+            )
     if reference is not None:
         ax.axhline(reference, color="black", lw=0.6)
     ax.set_xlabel(xlabel)
@@ -143,46 +233,91 @@ def lines(x: list[float], series: dict[str, list[float]], *, xlabel: str, ylabel
     return _finish(ax, fig, title)
 
 
-def measured_predicted(series: dict[str, list[tuple]], *, tolerance: float, title: str = "", ax=None):
-    """Measured speedup (y) against predicted (x), both with 95% intervals, one colour per series (e.g. a pair);
-    each point is (predicted, predicted_ci, measured, measured_ci). The diagonal and a band of +-`tolerance`."""
+def measured_predicted(
+    series: dict[str, list[tuple]], *, tolerance: float, title: str = "", ax=None
+):
+    """Measured speedup (y) against predicted (x), both with 95% intervals, one colour per series
+    (e.g. a pair); each point is (predicted, predicted_ci, measured, measured_ci). The diagonal and
+    a band of +-`tolerance`."""
     fig, ax = _figure() if ax is None else (ax.figure, ax)
     lo, hi = 1.0, 1.0
     for color, (name, pts) in zip(COLORS, series.items()):
         if not pts:
             continue
         xs, ys = [p[0] for p in pts], [p[2] for p in pts]
-        ax.errorbar(xs, ys, xerr=_errors(xs, [p[1] for p in pts]), yerr=_errors(ys, [p[3] for p in pts]), fmt="o",
-                    ms=3, color=color, ecolor=color, elinewidth=0.5, capsize=0, alpha=0.6,
-                    label=f"{name} ({len(pts)})")
+        ax.errorbar(
+            xs,
+            ys,
+            xerr=_errors(xs, [p[1] for p in pts]),
+            yerr=_errors(ys, [p[3] for p in pts]),
+            fmt="o",
+            ms=3,
+            color=color,
+            ecolor=color,
+            elinewidth=0.5,
+            capsize=0,
+            alpha=0.6,
+            label=f"{name} ({len(pts)})",
+        )
         lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
     grid = [lo * 0.95, hi * 1.05]
     ax.plot(grid, grid, color="black", lw=0.6, label="measured = predicted")
-    ax.fill_between(grid, [g * (1 - tolerance) for g in grid], [g * (1 + tolerance) for g in grid], color="grey",
-                    alpha=0.2, lw=0, label=f"within ±{tolerance:.0%}")
+    ax.fill_between(
+        grid,
+        [g * (1 - tolerance) for g in grid],
+        [g * (1 + tolerance) for g in grid],
+        color="grey",
+        alpha=0.2,
+        lw=0,
+        label=f"within ±{tolerance:.0%}",
+    )
     ax.set_xlabel("predicted speedup (exact counts x calibrated costs)")
     ax.set_ylabel("measured speedup (x)")
     return _finish(ax, fig, title)
 
 
-def against_cost_ratio(cs: list[float], curves: dict[str, list[float]], marks: dict[str, list[tuple]], *,
-                       title: str = "", ax=None):
-    """Predicted speedup against the cost ratio c, one line per policy (its counts fixed); `marks` ({policy: [(c,
-    predicted, measured or None, machine), ...]}) puts each calibrated machine at its c and the speedup its
-    calibration predicts there (an open marker, one shape per machine), and the speedup measured there where the
-    policy was timed on it (a diamond)."""
+def against_cost_ratio(
+    cs: list[float],
+    curves: dict[str, list[float]],
+    marks: dict[str, list[tuple]],
+    *,
+    title: str = "",
+    ax=None,
+):
+    """Predicted speedup against the cost ratio c, one line per policy (its counts fixed); `marks`
+    ({policy: [(c, predicted, measured or None, machine), ...]}) puts each calibrated machine at its
+    c and the speedup its calibration predicts there (an open marker, one shape per machine), and
+    the speedup measured there where the policy was timed on it (a diamond)."""
     fig, ax = _figure() if ax is None else (ax.figure, ax)
     shapes, labelled = {}, set()
     for color, (name, ys) in zip(COLORS, curves.items()):
         ax.plot(cs, ys, color=color, lw=1.2, label=name)
         for c, predicted, measured, machine in marks.get(name, ()):
             shape = shapes.setdefault(machine, "os^v<>"[len(shapes) % 6])
-            ax.scatter([c], [predicted], marker=shape, s=45, facecolors="none", edgecolors=color, linewidths=1.0,
-                       zorder=3, label=f"predicted on {machine}" if ("p", machine) not in labelled else None)
+            ax.scatter(
+                [c],
+                [predicted],
+                marker=shape,
+                s=45,
+                facecolors="none",
+                edgecolors=color,
+                linewidths=1.0,
+                zorder=3,
+                label=f"predicted on {machine}" if ("p", machine) not in labelled else None,
+            )
             labelled.add(("p", machine))
             if measured is not None:
-                ax.scatter([c], [measured], marker="D", s=28, color=color, edgecolors="black", linewidths=0.6,
-                           zorder=3, label=f"measured on {machine}" if ("m", machine) not in labelled else None)
+                ax.scatter(
+                    [c],
+                    [measured],
+                    marker="D",
+                    s=28,
+                    color=color,
+                    edgecolors="black",
+                    linewidths=0.6,
+                    zorder=3,
+                    label=f"measured on {machine}" if ("m", machine) not in labelled else None,
+                )
                 labelled.add(("m", machine))
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xlabel("cost ratio c (draft step / large one-token pass)")

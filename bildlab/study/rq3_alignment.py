@@ -4,29 +4,63 @@ from __future__ import annotations
 
 from ..harness import evaluate as ev
 from ..measure import summary as sm
-from .common import Result, speed_text, versus_text, bild_grid, each_pair, draft_sweep, speedup_ci, policy_label
+from .common import (
+    Result,
+    bild_grid,
+    draft_sweep,
+    each_pair,
+    policy_label,
+    speed_text,
+    speedup_ci,
+    versus_text,
+)
 
 
-def rq3(pairs=("toy-mt", "toy-sum"), *, fallbacks=(0.3, 0.5, 0.7, 0.9), rollbacks=(0.5, 2.0, 3.0, 5.0),
-        tolerance: float = 1.0, val_split: str = "validation", val_limit=None, val_timing_limit=None,
-        figures="figures", sweep=None, **run) -> Result:
-    """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs) help? Agreement
-    with the large model on held-out data (the zoo card) and both Pareto fronts side by side, with intervals, per
-    pair."""
+def rq3(
+    pairs=("toy-mt", "toy-sum"),
+    *,
+    fallbacks=(0.3, 0.5, 0.7, 0.9),
+    rollbacks=(0.5, 2.0, 3.0, 5.0),
+    tolerance: float = 1.0,
+    val_split: str = "validation",
+    val_limit=None,
+    val_timing_limit=None,
+    figures="figures",
+    sweep=None,
+    **run,
+) -> Result:
+    """RQ3: does prediction alignment (fine-tuning the small model on the large model's outputs)
+    help? Agreement with the large model on held-out data (the zoo card) and both Pareto fronts side
+    by side, with intervals, per pair."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
 
     def one(pair, ax):
-        d = draft_sweep(pair, {"small": "unaligned", "aligned": "aligned"}, bild_grid(fallbacks, rollbacks),
-                    f"{pair}: aligned vs unaligned small model", tolerance, val_split, val_limit, val_timing_limit,
-                    ax, sweep, **run)
+        d = draft_sweep(
+            pair,
+            {"small": "unaligned", "aligned": "aligned"},
+            bild_grid(fallbacks, rollbacks),
+            f"{pair}: aligned vs unaligned small model",
+            tolerance,
+            val_split,
+            val_limit,
+            val_timing_limit,
+            ax,
+            sweep,
+            **run,
+        )
         best, agree = d["best"], _agreement(pair)
-        answer = (f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
-                  f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
-                  f"The {d['within']}: aligned {speed_text(best['aligned'])}, unaligned {speed_text(best['unaligned'])}: "
-                  f"{versus_text(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
-                  + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split))
-        headline = {"agreement": agree, "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
-                    "speedup_within_tolerance": {k: speedup_ci(b) for k, b in best.items()}}
+        answer = (
+            f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
+            f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
+            f"The {d['within']}: aligned {speed_text(best['aligned'])}, unaligned {speed_text(best['unaligned'])}: "
+            f"{versus_text(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
+            + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split)
+        )
+        headline = {
+            "agreement": agree,
+            "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
+            "speedup_within_tolerance": {k: speedup_ci(b) for k, b in best.items()},
+        }
         return d["rows"], d["records"], headline, answer
 
     return each_pair("RQ3", "rq3_alignment", pairs, figures, one)
@@ -39,22 +73,36 @@ def _agreement(pair: str) -> dict:
         return {}
     test = read_card()["test"].get(pair, {})
     large, small, aligned = TOY_PAIRS[pair][:3]
-    out = {"unaligned": test.get(small, {}).get("agreement"), "aligned": test.get(aligned, {}).get("agreement")}
-    out["early exit"] = test.get("t5-early-exit", {}).get("agreement") if large.startswith("t5") else None
+    out = {
+        "unaligned": test.get(small, {}).get("agreement"),
+        "aligned": test.get(aligned, {}).get("agreement"),
+    }
+    out["early exit"] = (
+        test.get("t5-early-exit", {}).get("agreement") if large.startswith("t5") else None
+    )
     return {k: v for k, v in out.items() if v is not None}
 
 
 def _matched(aligned: list[dict], unaligned: list[dict], split: str) -> str:
-    """Aligned against unaligned at the same policy, where both are lossless (so their outputs are the same and only
-    speed differs), each pair of records by its paired speed difference on the shared validation examples."""
-    pairs = [(a, u) for a, u in zip(aligned, unaligned) if sm.lossless(a) and sm.lossless(u)
-             and not a.get("placeholder")]
+    """Aligned against unaligned at the same policy, where both are lossless (so their outputs are
+    the same and only speed differs), each pair of records by its paired speed difference on the
+    shared validation examples."""
+    pairs = [
+        (a, u)
+        for a, u in zip(aligned, unaligned)
+        if sm.lossless(a) and sm.lossless(u) and not a.get("placeholder")
+    ]
     if not pairs:
         return f"No policy keeps every output identical to vanilla's for both on {split}."
     diffs = [sm.speed_difference(a, u) for a, u in pairs]
     faster = sum(c["speedup_difference_ci"][0] > 0 for c in diffs)
     slower = sum(c["speedup_difference_ci"][1] < 0 for c in diffs)
-    lo, hi = min(c["speedup_difference"] for c in diffs), max(c["speedup_difference"] for c in diffs)
-    return (f"At the same policy, where both are lossless on {split} ({len(pairs)} policies, N = {diffs[0]['n']}), "
-            f"the aligned is detectably faster at {faster}, the unaligned at {slower} (paired differences aligned - "
-            f"unaligned {lo:+.3f}x to {hi:+.3f}x).")
+    lo, hi = (
+        min(c["speedup_difference"] for c in diffs),
+        max(c["speedup_difference"] for c in diffs),
+    )
+    return (
+        f"At the same policy, where both are lossless on {split} ({len(pairs)} policies, N = {diffs[0]['n']}), "
+        f"the aligned is detectably faster at {faster}, the unaligned at {slower} (paired differences aligned - "
+        f"unaligned {lo:+.3f}x to {hi:+.3f}x)."
+    )

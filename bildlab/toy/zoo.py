@@ -1,12 +1,13 @@
-"""The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small, prediction-aligned small)
-and a decoder-only Llama pair, trained from scratch on the synthetic tasks and measured for the card.
+"""The toy model zoo: one tokenizer, a multitask T5 pair (large with an early exit, small,
+prediction-aligned small) and a decoder-only Llama pair, trained from scratch on the synthetic tasks
+and measured for the card.
 
     bildlab zoo --jobs 2            # rebuild bildlab/toy/_zoo (85 minutes on 2 CPU cores), resumable
     bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
 
-Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when its output is
-already there, so an interrupted build resumes; training itself also checkpoints every few hundred steps.
-"""
+Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when
+its output is already there, so an interrupted build resumes; training itself also checkpoints every
+few hundred steps."""
 
 from __future__ import annotations
 
@@ -22,45 +23,96 @@ from pathlib import Path
 
 import torch
 
-from ..measure import metrics
-from ..world import tasks
-from . import train
-from .card import latency as card_latency, measure
 from ..atomic import atomic_path
 from ..engine.early_exit import exit_draft
+from ..measure import metrics
+from ..world import tasks
 from ..world.models import EXIT_LAYER, TOY_PAIRS, zoo_dir
+from . import train
+from .card import latency as card_latency
+from .card import measure
 
-# BPE trained on all the text the zoo trains on. The toy-sum names are invented syllable strings: a 4,096-piece
-# tokenizer trained on 4,500 stories split them into 3-4 pieces, and the models' summaries that had to copy 8 or more
-# name pieces ran into loops repeating a fragment (25 of the small's 194 such summaries, none of the 106 others;
-# 12 of the large's 194 and 1 of 106); with 6,144 pieces over 30,000 stories a name is 1-2 pieces
+# BPE trained on all the text the zoo trains on. The toy-sum names are invented syllable strings: a
+# 4,096-piece tokenizer trained on 4,500 stories split them into 3-4 pieces, and the models'
+# summaries that had to copy 8 or more name pieces ran into loops repeating a fragment (25 of the
+# small's 194 such summaries, none of the 106 others; 12 of the large's 194 and 1 of 106); with
+# 6,144 pieces over 30,000 stories a name is 1-2 pieces
 VOCAB = 6144
-SPECIAL = ["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"]  # ids 0..5: pad, eos, unk, sep, task prefixes
+# ids 0..5: pad, eos, unk, sep, task prefixes
+SPECIAL = ["<pad>", "</s>", "<unk>", "<sep>", "<mt>", "<sum>"]
 PREFIX = {task: prefix for _, _, _, prefix, task in TOY_PAIRS.values()}  # "<mt> ", "<sum> "
 MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 
-# Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large / small cost
-# ratio (10 decoder layers against 1 measured 4.4x for T5 and 4.7x for Llama with random weights; 8 gave 3.8x and
-# 4.0x, at the edge of the 4-10x of the paper's GPU pairs); the same width lets the large be grown from a small seed
-# (train.grow); the encoder has at least as many layers as the decoder because transformers 5.x sizes the T5 cache
-# of HF `generate` by the encoder's layer count.
+# Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large
+# / small cost ratio (10 decoder layers against 1 measured 4.4x for T5 and 4.7x for Llama with
+# random weights; 8 gave 3.8x and 4.0x, at the edge of the 4-10x of the paper's GPU pairs); the same
+# width lets the large be grown from a small seed (train.grow); the encoder has at least as many
+# layers as the decoder because transformers 5.x sizes the T5 cache of HF `generate` by the
+# encoder's layer count.
 ARCHS = {
-    "t5-large": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=10),
-    "t5-small": dict(arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1),
-    "llama-large": dict(arch="llama", hidden_size=128, intermediate_size=384, num_hidden_layers=10,
-                        num_attention_heads=4, num_key_value_heads=4),
-    "llama-small": dict(arch="llama", hidden_size=128, intermediate_size=384, num_hidden_layers=1,
-                        num_attention_heads=4, num_key_value_heads=4),
+    "t5-large": dict(
+        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=10
+    ),
+    "t5-small": dict(
+        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1
+    ),
+    "llama-large": dict(
+        arch="llama",
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=10,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ),
+    "llama-small": dict(
+        arch="llama",
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ),
 }
 
-# how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped zoo
+# how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped
+# zoo
 PROFILES = {
-    "full": dict(mt=32000, sum=4500, seed_sum=30000, calib_mt=12000, calib_sum=4000, llama_mt=26000,
-                 eval=300, latency=20, epochs=2, large_epochs=2, mt_epochs=3,
-                 lr_large=1e-3, lr_small=2e-3, lr_align=5e-4, batch_tokens=1600, short_first=300),
-    "smoke": dict(mt=600, sum=200, seed_sum=400, calib_mt=100, calib_sum=50, llama_mt=400,
-                  eval=40, latency=3, epochs=2, large_epochs=1, mt_epochs=2,
-                  lr_large=1e-3, lr_small=2e-3, lr_align=5e-4, batch_tokens=1200, short_first=5),
+    "full": dict(
+        mt=32000,
+        sum=4500,
+        seed_sum=30000,
+        calib_mt=12000,
+        calib_sum=4000,
+        llama_mt=26000,
+        eval=300,
+        latency=20,
+        epochs=2,
+        large_epochs=2,
+        mt_epochs=3,
+        lr_large=1e-3,
+        lr_small=2e-3,
+        lr_align=5e-4,
+        batch_tokens=1600,
+        short_first=300,
+    ),
+    "smoke": dict(
+        mt=600,
+        sum=200,
+        seed_sum=400,
+        calib_mt=100,
+        calib_sum=50,
+        llama_mt=400,
+        eval=40,
+        latency=3,
+        epochs=2,
+        large_epochs=1,
+        mt_epochs=2,
+        lr_large=1e-3,
+        lr_small=2e-3,
+        lr_align=5e-4,
+        batch_tokens=1200,
+        short_first=5,
+    ),
 }
 
 
@@ -80,8 +132,14 @@ def build_tokenizer(out: Path, profile: dict):
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
     tok.train_from_iterator(texts(), trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   sep_token="<sep>", additional_special_tokens=["<mt>", "<sum>"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="<sep>",
+        additional_special_tokens=["<mt>", "<sum>"],
+    )
     with _staged(out) as tmp:
         fast.save_pretrained(tmp)
     return fast
@@ -97,7 +155,9 @@ def new_model(name: str, vocab: int):
     if arch == "t5":
         config = tf.T5Config(decoder_start_token_id=0, dropout_rate=0.0, **common, **spec)
         return tf.T5ForConditionalGeneration(config)
-    config = tf.LlamaConfig(max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=None, **common, **spec)
+    config = tf.LlamaConfig(
+        max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=None, **common, **spec
+    )
     return tf.LlamaForCausalLM(config)
 
 
@@ -137,30 +197,43 @@ def _seq2seq_data(tokenizer, task: str, n: int):
 def _llama_data(tokenizer, examples: list[dict]):
     pairs = train.encode_pairs(tokenizer, examples, PREFIX["toy-mt"], max_target=MAX_NEW["toy-mt"])
     sep = tokenizer.sep_token_id
-    return [(s[:-1] + [sep], t) for s, t in pairs]  # prompt: prefix + source + <sep>; then target + EOS
+    # prompt: prefix + source + <sep>; then target + EOS
+    return [(s[:-1] + [sep], t) for s, t in pairs]
 
 
 def work_dir(profile_name: str, seed: int) -> Path:
-    """The folder of a build's intermediate files (the seed model, calibration data, training checkpoints), named by
-    a digest of the recipe (profile, task VERSION, seed, architectures): a changed recipe never resumes from them."""
+    """The folder of a build's intermediate files (the seed model, calibration data, training
+    checkpoints), named by a digest of the recipe (profile, task VERSION, seed, architectures): a
+    changed recipe never resumes from them."""
     recipe = json.dumps([PROFILES[profile_name], tasks.VERSION, seed, ARCHS], sort_keys=True)
-    return Path(tasks.cache_root()) / "zoo-work" / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    return (
+        Path(tasks.cache_root())
+        / "zoo-work"
+        / f"{profile_name}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    )
 
 
-# the stages that do not need the large T5; with jobs=2 a second process trains them while this one trains the large
+# the stages that do not need the large T5; with jobs=2 a second process trains them while this one
+# trains the large
 TRAIN_THREADS = 1  # torch threads of every stage: part of the recipe (the bits depend on it)
 SIDE_STAGES = ("llama-small", "llama-large", "t5-small")
 
 
-def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, progress: bool = True,
-          jobs: int = 1, stages: list[str] | None = None) -> dict | None:
+def build(
+    out: Path | None = None,
+    profile_name: str = "full",
+    seed: int = 0,
+    progress: bool = True,
+    jobs: int = 1,
+    stages: list[str] | None = None,
+) -> dict | None:
     """Build (or resume building) the zoo in `out` and write its card. Returns the card.
 
-    Every stage computes on TRAIN_THREADS torch threads, whatever `jobs` and the machine: float sums depend on the
-    thread count (a model trained on two threads differs in its bits from one trained on one), so the thread count is
-    part of the recipe, and a rebuild from an empty cache reproduces the shipped files.
-    jobs=2 trains SIDE_STAGES in a second process, beside the large T5; `stages` runs only those stages and writes
-    no card (that second process)."""
+    Every stage computes on TRAIN_THREADS torch threads, whatever `jobs` and the machine: float sums
+    depend on the thread count (a model trained on two threads differs in its bits from one trained
+    on one), so the thread count is part of the recipe, and a rebuild from an empty cache reproduces
+    the shipped files. jobs=2 trains SIDE_STAGES in a second process, beside the large T5; `stages`
+    runs only those stages and writes no card (that second process)."""
     if jobs not in (1, 2):
         raise ValueError(f"jobs must be 1 or 2; got {jobs!r}")
     if stages is not None and not set(stages) <= set(SIDE_STAGES):
@@ -171,7 +244,9 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
     work = work_dir(profile_name, seed)
     work.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(TRAIN_THREADS)
-    command = f"bildlab zoo --profile {profile_name} --seed {seed}" + (f" --jobs {jobs}" if jobs > 1 else "")
+    command = f"bildlab zoo --profile {profile_name} --seed {seed}" + (
+        f" --jobs {jobs}" if jobs > 1 else ""
+    )
     t_start = time.time()
 
     def stage(name: str, fn, dest: Path | None = None):
@@ -197,40 +272,83 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
     def fit(name, model, pairs, lr, stage_seed, dest=None, **kw):
         torch.manual_seed(stage_seed)
         fn = train.train_causal_lm if name.startswith("llama") else train.train_seq2seq
-        losses = fn(model, pairs, pad_id=0, lr=lr, seed=stage_seed, batch_tokens=profile["batch_tokens"],
-                    checkpoint=str(work / f"{name}.pt"), desc=name, progress=progress, **kw)
+        losses = fn(
+            model,
+            pairs,
+            pad_id=0,
+            lr=lr,
+            seed=stage_seed,
+            batch_tokens=profile["batch_tokens"],
+            checkpoint=str(work / f"{name}.pt"),
+            desc=name,
+            progress=progress,
+            **kw,
+        )
         _save(model, dest or out / name)
-        return {"steps": len(losses), "examples": len(pairs), "seed": stage_seed, "lr": lr,
-                "loss_first": round(sum(losses[:20]) / len(losses[:20]), 3),
-                "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3),
-                **{k: v for k, v in kw.items() if k != "plan"}}
+        return {
+            "steps": len(losses),
+            "examples": len(pairs),
+            "seed": stage_seed,
+            "lr": lr,
+            "loss_first": round(sum(losses[:20]) / len(losses[:20]), 3),
+            "loss_last": round(sum(losses[-50:]) / len(losses[-50:]), 3),
+            **{k: v for k, v in kw.items() if k != "plan"},
+        }
 
     def from_scratch(name: str, stage_seed: int, dest: Path):
-        # A small T5 from scratch, on the references only. Short translation pairs first (alignment), then
-        # translation-only epochs (trained on both tasks from the start, the models learned summaries and a language
-        # model that ignores the source; after one such epoch four of five seeds still did, BLEU 6-12), then both
-        # tasks with many summaries: copying names and numbers from the document is learned only after thousands of
-        # summary steps, and 5x cheaper in this shallow model than in the large one, which inherits it (train.grow)
+        # A small T5 from scratch, on the references only. Short translation pairs first
+        # (alignment), then translation-only epochs (trained on both tasks from the start, the
+        # models learned summaries and a language model that ignores the source; after one such
+        # epoch four of five seeds still did, BLEU 6-12), then both tasks with many summaries:
+        # copying names and numbers from the document is learned only after thousands of summary
+        # steps, and 5x cheaper in this shallow model than in the large one, which inherits it
+        # (train.grow)
         torch.manual_seed(stage_seed)
         pairs = mt_data + _seq2seq_data(tokenizer, "toy-sum", profile["seed_sum"])
-        plan = train.short_first_plan(mt_data, profile["batch_tokens"], stage_seed, profile["mt_epochs"],
-                                      profile["short_first"])
-        plan += train.batches(pairs, profile["batch_tokens"], stage_seed + 100, profile["epochs"] - 1)
-        info = fit(name, new_model("t5-small", vocab), pairs, profile["lr_small"], stage_seed, plan=plan,
-                   dest=dest)
+        plan = train.short_first_plan(
+            mt_data,
+            profile["batch_tokens"],
+            stage_seed,
+            profile["mt_epochs"],
+            profile["short_first"],
+        )
+        plan += train.batches(
+            pairs, profile["batch_tokens"], stage_seed + 100, profile["epochs"] - 1
+        )
+        info = fit(
+            name,
+            new_model("t5-small", vocab),
+            pairs,
+            profile["lr_small"],
+            stage_seed,
+            plan=plan,
+            dest=dest,
+        )
         info["init"] = f"random (torch seed {stage_seed})"
-        info["schedule"] = (f"{profile['short_first']} batches of short toy-mt pairs, {profile['mt_epochs']} "
-                            f"epoch(s) of toy-mt, "
-                            f"{profile['epochs'] - 1} epoch(s) of toy-mt + {profile['seed_sum']} toy-sum pairs")
+        info["schedule"] = (
+            f"{profile['short_first']} batches of short toy-mt pairs, {profile['mt_epochs']} "
+            f"epoch(s) of toy-mt, "
+            f"{profile['epochs'] - 1} epoch(s) of toy-mt + {profile['seed_sum']} toy-sum pairs"
+        )
         return info
 
     def large():  # grown from the seed (train.grow), then trained on both tasks
         torch.manual_seed(seed + 1)
         model = train.grow(_load(work / "t5-seed"), new_model("t5-large", vocab).config)
-        info = fit("t5-large", model, data, profile["lr_large"], seed + 1, exit_layer=EXIT_LAYER, exit_weight=0.5,
-                   epochs=profile["large_epochs"])
-        info["init"] = (f"t5-seed (a t5-small trained from scratch), grown to {model.config.num_layers} + "
-                        f"{model.config.num_decoder_layers} layers (train.grow)")
+        info = fit(
+            "t5-large",
+            model,
+            data,
+            profile["lr_large"],
+            seed + 1,
+            exit_layer=EXIT_LAYER,
+            exit_weight=0.5,
+            epochs=profile["large_epochs"],
+        )
+        info["init"] = (
+            f"t5-seed (a t5-small trained from scratch), grown to {model.config.num_layers} + "
+            f"{model.config.num_decoder_layers} layers (train.grow)"
+        )
         return info
 
     def aligned():
@@ -241,14 +359,24 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
             calib = []
             for task, key in (("toy-mt", "calib_mt"), ("toy-sum", "calib_sum")):
                 # fresh training inputs, after those the models were trained on
-                examples = tasks.load_task(task, "train")[-profile[key]:]
-                pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
-                calib += train.calibration_data(big, pairs, pad_id=0, max_new_tokens=MAX_NEW[task],
-                                                progress=progress)
+                examples = tasks.load_task(task, "train")[-profile[key] :]
+                pairs = train.encode_pairs(
+                    tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task]
+                )
+                calib += train.calibration_data(
+                    big, pairs, pad_id=0, max_new_tokens=MAX_NEW[task], progress=progress
+                )
             _dump_json(calib, calib_path)
         model = _load(out / "t5-small")
-        info = fit("t5-small-aligned", model, [tuple(p) for p in calib], profile["lr_align"], seed + 3, warmup=20,
-                   epochs=profile["epochs"])
+        info = fit(
+            "t5-small-aligned",
+            model,
+            [tuple(p) for p in calib],
+            profile["lr_align"],
+            seed + 3,
+            warmup=20,
+            epochs=profile["epochs"],
+        )
         info["init"] = "t5-small"
         return info
 
@@ -257,25 +385,58 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
             examples = tasks.load_task("toy-mt", "train")[: profile["llama_mt"]]
             torch.manual_seed(stage_seed)
             if name == "llama-small":
-                return fit(name, new_model(name, vocab), _llama_data(tokenizer, examples), profile["lr_small"],
-                           stage_seed, epochs=profile["epochs"])
+                return fit(
+                    name,
+                    new_model(name, vocab),
+                    _llama_data(tokenizer, examples),
+                    profile["lr_small"],
+                    stage_seed,
+                    epochs=profile["epochs"],
+                )
             model = train.grow(_load(out / "llama-small"), new_model(name, vocab).config)
-            info = fit(name, model, _llama_data(tokenizer, examples), profile["lr_large"], stage_seed,
-                       epochs=profile["large_epochs"])
-            info["init"] = f"llama-small, grown to {model.config.num_hidden_layers} layers (train.grow)"
+            info = fit(
+                name,
+                model,
+                _llama_data(tokenizer, examples),
+                profile["lr_large"],
+                stage_seed,
+                epochs=profile["large_epochs"],
+            )
+            info["init"] = (
+                f"llama-small, grown to {model.config.num_hidden_layers} layers (train.grow)"
+            )
             return info
 
         return run
 
     side = None
-    if jobs > 1 and stages is None:  # after the tokenizer and the task data exist: the side process only reads them
-        side = subprocess.Popen([sys.executable, "-m", "bildlab.cli", "zoo", "--out", str(out), "--profile",
-                                 profile_name, "--seed", str(seed), "--jobs", str(jobs),
-                                 *[arg for name in SIDE_STAGES for arg in ("--stage", name)]])
-    # the seed that the large model is grown from, and the unaligned small: the same recipe, another seed (the paper's
-    # small is trained on its own, not cut out of the large model, so that prediction alignment has work to do)
-    if not (out / "t5-large").exists() and stages is None:  # the seed is needed only to grow the large model
-        stage("t5-seed", lambda: from_scratch("t5-seed", seed + 2, work / "t5-seed"), work / "t5-seed")
+    # after the tokenizer and the task data exist: the side process only reads them
+    if jobs > 1 and stages is None:
+        side = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bildlab.cli",
+                "zoo",
+                "--out",
+                str(out),
+                "--profile",
+                profile_name,
+                "--seed",
+                str(seed),
+                "--jobs",
+                str(jobs),
+                *[arg for name in SIDE_STAGES for arg in ("--stage", name)],
+            ]
+        )
+    # the seed that the large model is grown from, and the unaligned small: the same recipe, another
+    # seed (the paper's small is trained on its own, not cut out of the large model, so that
+    # prediction alignment has work to do)
+    # the seed is needed only to grow the large model
+    if not (out / "t5-large").exists() and stages is None:
+        stage(
+            "t5-seed", lambda: from_scratch("t5-seed", seed + 2, work / "t5-seed"), work / "t5-seed"
+        )
     stage("t5-large", large)
     if side is not None and side.wait() != 0:
         raise RuntimeError(f"the side process of the zoo build ({', '.join(SIDE_STAGES)}) failed")
@@ -296,33 +457,64 @@ def build(out: Path | None = None, profile_name: str = "full", seed: int = 0, pr
 
 def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
     t5 = {name: _load(out / name) for name in ("t5-large", "t5-small", "t5-small-aligned")}
-    t5["t5-early-exit"] = exit_draft(t5["t5-large"], EXIT_LAYER)  # a view of the large model, as load_pair gives
+    # a view of the large model, as load_pair gives
+    t5["t5-early-exit"] = exit_draft(t5["t5-large"], EXIT_LAYER)
     llama = {name: _load(out / name) for name in ("llama-large", "llama-small")}
     results, differences = {}, {}
     for task in ("toy-mt", "toy-sum"):
         examples = tasks.load_task(task, "test")[: profile["eval"]]
         pairs = train.encode_pairs(tokenizer, examples, PREFIX[task], max_target=MAX_NEW[task])
-        results[task], differences[task] = measure(t5, [s for s, _ in pairs], [ex["target"] for ex in examples],
-                                                   tokenizer, task, MAX_NEW[task],
-                                                   [("t5-large", "t5-small"), ("t5-small-aligned", "t5-small")])
+        results[task], differences[task] = measure(
+            t5,
+            [s for s, _ in pairs],
+            [ex["target"] for ex in examples],
+            tokenizer,
+            task,
+            MAX_NEW[task],
+            [("t5-large", "t5-small"), ("t5-small-aligned", "t5-small")],
+        )
     examples = tasks.load_task("toy-mt", "test")[: profile["eval"]]
     prompts = [s for s, _ in _llama_data(tokenizer, examples)]
     results["toy-mt-llama"], differences["toy-mt-llama"] = measure(
-        llama, prompts, [ex["target"] for ex in examples], tokenizer, "toy-mt", MAX_NEW["toy-mt"],
-        [("llama-large", "llama-small")])
+        llama,
+        prompts,
+        [ex["target"] for ex in examples],
+        tokenizer,
+        "toy-mt",
+        MAX_NEW["toy-mt"],
+        [("llama-large", "llama-small")],
+    )
 
     n = profile["latency"]
-    mt_inputs = [torch.tensor([s]) for s, _ in
-                 train.encode_pairs(tokenizer, tasks.load_task("toy-mt", "test")[:n], PREFIX["toy-mt"])]
+    mt_inputs = [
+        torch.tensor([s])
+        for s, _ in train.encode_pairs(
+            tokenizer, tasks.load_task("toy-mt", "test")[:n], PREFIX["toy-mt"]
+        )
+    ]
     llama_inputs = [torch.tensor([p]) for p in prompts[:n]]
-    latency = card_latency({**{name: (m, mt_inputs) for name, m in t5.items() if name != "t5-small-aligned"},
-                        **{name: (m, llama_inputs) for name, m in llama.items()}}, n)
+    latency = card_latency(
+        {
+            **{name: (m, mt_inputs) for name, m in t5.items() if name != "t5-small-aligned"},
+            **{name: (m, llama_inputs) for name, m in llama.items()},
+        },
+        n,
+    )
     card = {
-        "tokenizer": {"type": "BPE (tokenizers), Metaspace", "vocab_size": len(tokenizer), "special": SPECIAL},
-        "pairs": {name: {"large": v[0], "small": v[1], "aligned": v[2], "prefix": v[3], "task": v[4]}
-                  for name, v in TOY_PAIRS.items()},
-        "early_exit": {"model": "t5-large", "exit_after_decoder_layer": EXIT_LAYER,
-                       "load": "load_pair(name, early_exit=True)"},
+        "tokenizer": {
+            "type": "BPE (tokenizers), Metaspace",
+            "vocab_size": len(tokenizer),
+            "special": SPECIAL,
+        },
+        "pairs": {
+            name: {"large": v[0], "small": v[1], "aligned": v[2], "prefix": v[3], "task": v[4]}
+            for name, v in TOY_PAIRS.items()
+        },
+        "early_exit": {
+            "model": "t5-large",
+            "exit_after_decoder_layer": EXIT_LAYER,
+            "load": "load_pair(name, early_exit=True)",
+        },
         "models": {},
         "test": results,
         "differences": differences,
@@ -338,7 +530,9 @@ def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
         model = t5.get(name) or llama[name]
         card["models"][name] = {
             "architecture": type(model).__name__,
-            "config": {k: v for k, v in ARCHS["t5-small" if name == "t5-small-aligned" else name].items()},
+            "config": {
+                k: v for k, v in ARCHS["t5-small" if name == "t5-small-aligned" else name].items()
+            },
             "parameters": sum(p.numel() for p in model.parameters()),
             "file_bytes": (out / name / "model.safetensors").stat().st_size,
             "training": log.get(name, {}),
@@ -349,43 +543,82 @@ def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
 
 
 def card_markdown(card: dict) -> str:
-    lines = ["# bildlab toy zoo", "", "Generated by `bildlab zoo` (do not edit by hand).", "", "## Models", "",
-             "| model | architecture | parameters | file (MB) | steps | examples | seed | training seconds |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# bildlab toy zoo",
+        "",
+        "Generated by `bildlab zoo` (do not edit by hand).",
+        "",
+        "## Models",
+        "",
+        "| model | architecture | parameters | file (MB) | steps | examples | seed | training seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in card["models"].items():
         t = m["training"]
-        lines.append(f"| {name} | {m['architecture']} {m['config']} | {m['parameters']:,} | "
-                     f"{m['file_bytes'] / 1e6:.1f} | {t.get('steps')} | {t.get('examples')} | {t.get('seed')} | "
-                     f"{t.get('seconds')} |")
-    lines += ["", f"Training command: `{next(iter(card['models'].values()))['training'].get('command')}`", "",
-              f"## Test metrics (first {card['test_examples']} test examples, batched greedy)", "",
-              "Agreement: the share of positions where the model's argmax equals the large model's greedy token, "
-              "teacher-forced on the large model's outputs. Truncated: outputs cut off at max_new_tokens "
-              f"({', '.join(f'{k} {v}' for k, v in MAX_NEW.items())}). Intervals: 95% paired bootstrap over the "
-              "examples.", "",
-              "| pair | model | metric | truncated | agreement with large [95% CI] |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {m['architecture']} {m['config']} | {m['parameters']:,} | "
+            f"{m['file_bytes'] / 1e6:.1f} | {t.get('steps')} | {t.get('examples')} | {t.get('seed')} | "
+            f"{t.get('seconds')} |"
+        )
+    lines += [
+        "",
+        f"Training command: `{next(iter(card['models'].values()))['training'].get('command')}`",
+        "",
+        f"## Test metrics (first {card['test_examples']} test examples, batched greedy)",
+        "",
+        "Agreement: the share of positions where the model's argmax equals the large model's greedy token, "
+        "teacher-forced on the large model's outputs. Truncated: outputs cut off at max_new_tokens "
+        f"({', '.join(f'{k} {v}' for k, v in MAX_NEW.items())}). Intervals: 95% paired bootstrap over the "
+        "examples.",
+        "",
+        "| pair | model | metric | truncated | agreement with large [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
     for pair, models in card["test"].items():
         for name, r in models.items():
             metric = next(k for k in r if k not in ("truncated", "agreement", "agreement_ci"))
-            agree = f"{r['agreement']:.4f} [{r['agreement_ci'][0]:.4f}, {r['agreement_ci'][1]:.4f}]" \
-                if "agreement" in r else ""
-            lines.append(f"| {pair} | {name} | {metrics.METRIC_NAMES[metric]} {r[metric]:.2f} | {r['truncated']} | {agree} |")
-    lines += ["", "Paired differences on the same examples:", "",
-              "| pair | difference | score [95% CI] | agreement [95% CI] |", "|---|---|---|---|"]
+            agree = (
+                f"{r['agreement']:.4f} [{r['agreement_ci'][0]:.4f}, {r['agreement_ci'][1]:.4f}]"
+                if "agreement" in r
+                else ""
+            )
+            lines.append(
+                f"| {pair} | {name} | {metrics.METRIC_NAMES[metric]} {r[metric]:.2f} | {r['truncated']} | {agree} |"
+            )
+    lines += [
+        "",
+        "Paired differences on the same examples:",
+        "",
+        "| pair | difference | score [95% CI] | agreement [95% CI] |",
+        "|---|---|---|---|",
+    ]
     for pair, diffs in card["differences"].items():
         for name, d in diffs.items():
-            cells = [f"{v[0]:+.{p}f} [{v[1]:+.{p}f}, {v[2]:+.{p}f}]" if v else "" for v, p in
-                     ((next(v for k, v in d.items() if k != "agreement"), 2), (d.get("agreement"), 4))]
+            cells = [
+                f"{v[0]:+.{p}f} [{v[1]:+.{p}f}, {v[2]:+.{p}f}]" if v else ""
+                for v, p in (
+                    (next(v for k, v in d.items() if k != "agreement"), 2),
+                    (d.get("agreement"), 4),
+                )
+            ]
             lines.append(f"| {pair} | {name} | {cells[0]} | {cells[1]} |")
-    lines += ["", "## Per-token latency at batch 1 (bildlab greedy, 1 CPU thread)", "",
-              "| model | ms/token |", "|---|---|"]
+    lines += [
+        "",
+        "## Per-token latency at batch 1 (bildlab greedy, 1 CPU thread)",
+        "",
+        "| model | ms/token |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in card["latency_ms_per_token"].items()]
-    lines += ["", "| ratio | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in card["latency_ratio"].items()]
+    lines += ["", "| ratio | value |", "|---|---|"] + [
+        f"| {k} | {v} |" for k, v in card["latency_ratio"].items()
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _log_stage(path: Path, lock: Path, name: str, info: dict) -> None:
-    """Record a finished stage in the build log; a lock file keeps the side process's entries (jobs=2)."""
+    """Record a finished stage in the build log; a lock file keeps the side process's entries
+    (jobs=2)."""
     import fcntl
 
     with open(lock, "w") as held:

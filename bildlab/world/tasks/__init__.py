@@ -20,20 +20,63 @@ Toy splits are cached as JSONL files under ``$BILDLAB_CACHE/tasks`` (default
 
 from . import paper
 from .paper import OVERRIDES, PAPER_TASKS, PREPROCESSING, SOURCES
-from .toy import (MT_SIZES, SPLIT_BUCKETS, SPLIT_SEEDS, SPLITS, SUM_SIZES, TOY_SIZES, TOY_TASKS, VERSION,
-                  _cached_toy_split, cache_dir, cache_path, cache_root, generate_toy_split, split_bucket)
+from .toy import (
+    MT_SIZES,
+    SPLIT_BUCKETS,
+    SPLIT_SEEDS,
+    SPLITS,
+    SUM_SIZES,
+    TOY_SIZES,
+    TOY_TASKS,
+    VERSION,
+    _cached_toy_split,
+    cache_dir,
+    cache_path,
+    cache_root,
+    generate_toy_split,
+    split_bucket,
+)
 from .toy_mt import mt_lexicon
 from .toy_sum import sum_lexicon
 
-__all__ = ["paper", "OVERRIDES", "PAPER_TASKS", "PREPROCESSING", "SOURCES", "MT_SIZES", "SPLIT_BUCKETS",
-           "SPLIT_SEEDS", "SPLITS", "SUM_SIZES", "TOY_SIZES", "TOY_TASKS", "VERSION", "cache_dir", "cache_path",
-           "cache_root", "generate_toy_split", "split_bucket", "mt_lexicon", "sum_lexicon", "ALL_TASKS",
-           "task_metric", "metric_options", "load_task", "provenance"]
+__all__ = [
+    "paper",
+    "OVERRIDES",
+    "PAPER_TASKS",
+    "PREPROCESSING",
+    "SOURCES",
+    "MT_SIZES",
+    "SPLIT_BUCKETS",
+    "SPLIT_SEEDS",
+    "SPLITS",
+    "SUM_SIZES",
+    "TOY_SIZES",
+    "TOY_TASKS",
+    "VERSION",
+    "cache_dir",
+    "cache_path",
+    "cache_root",
+    "generate_toy_split",
+    "split_bucket",
+    "mt_lexicon",
+    "sum_lexicon",
+    "ALL_TASKS",
+    "task_metric",
+    "metric_options",
+    "load_task",
+    "provenance",
+]
 
 ALL_TASKS = TOY_TASKS + PAPER_TASKS
 
-_METRICS = {"toy-mt": "bleu", "toy-sum": "rougeL", "iwslt2017-de-en": "bleu",
-            "wmt14-de-en": "bleu", "xsum": "rougeL", "cnn_dailymail": "rougeL"}
+_METRICS = {
+    "toy-mt": "bleu",
+    "toy-sum": "rougeL",
+    "iwslt2017-de-en": "bleu",
+    "wmt14-de-en": "bleu",
+    "xsum": "rougeL",
+    "cnn_dailymail": "rougeL",
+}
 
 
 def task_metric(name):
@@ -43,9 +86,9 @@ def task_metric(name):
 
 
 def metric_options(name):
-    """Keyword options of ``metrics.score`` for task ``name``: the paper's summarization tasks score ROUGE-Lsum
-    without a stemmer (the setting of the public reproduction that matched the paper's numbers); the toy task keeps
-    rouge-score's Porter stemmer."""
+    """Keyword options of ``metrics.score`` for task ``name``: the paper's summarization tasks score
+    ROUGE-Lsum without a stemmer (the setting of the public reproduction that matched the paper's
+    numbers); the toy task keeps rouge-score's Porter stemmer."""
     _check_name(name)
     return {"stemmer": False} if name in ("xsum", "cnn_dailymail") else {}
 
@@ -76,11 +119,12 @@ def load_task(name, split, limit=None, data_files=None, **source):
 
 
 def provenance(name, split="validation", data_files=None, **source):
-    """What a task's examples are a function of, for keying results. Toy tasks: {"task", "version"} (the generators'
-    VERSION). Paper tasks: {"task", "split", "origin" (hub, mirror or files), "repo", "revision" (requested),
-    "resolved" (the commit: from the hub cache, or a mirror's download records; None if unknown), "data_dir",
-    "files", "sha256" (of the files' bytes), "rows" (the expected count, None if unchecked), "preprocessing"}.
-    Takes the same ``data_files`` / ``source`` overrides as `load_task`; fetches the split's files if needed."""
+    """What a task's examples are a function of, for keying results. Toy tasks: {"task", "version"}
+    (the generators' VERSION). Paper tasks: {"task", "split", "origin" (hub, mirror or files),
+    "repo", "revision" (requested), "resolved" (the commit: from the hub cache, or a mirror's
+    download records; None if unknown), "data_dir", "files", "sha256" (of the files' bytes), "rows"
+    (the expected count, None if unchecked), "preprocessing"}. Takes the same ``data_files`` /
+    ``source`` overrides as `load_task`; fetches the split's files if needed."""
     _check_args(name, split, data_files, source)
     if name not in PAPER_TASKS:
         return {"task": name, "version": VERSION}
@@ -97,10 +141,11 @@ def _check_args(name, split, data_files, source):
         paper.check_overrides(name, source)
     elif data_files is not None or source:
         given = ", ".join((["data_files"] if data_files is not None else []) + sorted(source))
-        raise ValueError(f"{given}: only for the paper tasks ({', '.join(PAPER_TASKS)}); {name!r} is generated")
+        raise ValueError(
+            f"{given}: only for the paper tasks ({', '.join(PAPER_TASKS)}); {name!r} is generated"
+        )
 
 
 def _check_name(name):
     if name not in ALL_TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(ALL_TASKS)}")
-

@@ -1,8 +1,8 @@
 """The toy tasks' splits: sizes, seeds, split buckets, generation and the JSONL cache.
 
-Every split is a pure function of (task, split, VERSION): bump VERSION whenever the generators change. Splits are
-cached as JSONL files under ``$BILDLAB_CACHE/tasks`` (default ``~/.cache/bildlab/tasks``).
-"""
+Every split is a pure function of (task, split, VERSION): bump VERSION whenever the generators
+change. Splits are cached as JSONL files under ``$BILDLAB_CACHE/tasks`` (default
+``~/.cache/bildlab/tasks``)."""
 
 import json
 import os
@@ -32,9 +32,12 @@ SPLIT_SEEDS = {
 # the sources of its own buckets.
 SPLIT_BUCKETS = {"train": range(2, 10), "validation": (0,), "test": (1,)}
 
+
 def cache_root():
     """bildlab's cache folder: $BILDLAB_CACHE, or ~/.cache/bildlab."""
-    return os.environ.get("BILDLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bildlab")
+    return os.environ.get("BILDLAB_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bildlab"
+    )
 
 
 def cache_dir():
@@ -64,8 +67,12 @@ def _read_jsonl(path, expected_len):
     except (OSError, ValueError):  # ValueError covers bad JSON and bad UTF-8
         return None
     ok = len(examples) == expected_len and all(
-        isinstance(e, dict) and set(e) == {"source", "target"}
-        and isinstance(e["source"], str) and isinstance(e["target"], str) for e in examples)
+        isinstance(e, dict)
+        and set(e) == {"source", "target"}
+        and isinstance(e["source"], str)
+        and isinstance(e["target"], str)
+        for e in examples
+    )
     return examples if ok else None
 
 

@@ -20,6 +20,7 @@ def _pick(rng, table):
     items, cum = table
     return items[min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(items) - 1)]
 
+
 # toy-mt: an invented language pair
 #
 # Source language ("src"):
@@ -44,74 +45,183 @@ def _pick(rng, table):
 #   translated by the semantic class of their object, some postpositions by the
 #   class of their noun.
 
-NOUN_CLASSES = ("person", "animal", "food", "drink", "tool", "vehicle", "place",
-                "building", "document", "event", "plant", "clothing", "idea")
-# about 330 lemmas and 70 multi-word expressions, some 2,900 word forms in the two languages together: small enough
-# for a T5 trained from scratch on 2 CPU cores to learn most of it within the zoo's hour, big enough that the small
-# model keeps making mistakes
+NOUN_CLASSES = (
+    "person",
+    "animal",
+    "food",
+    "drink",
+    "tool",
+    "vehicle",
+    "place",
+    "building",
+    "document",
+    "event",
+    "plant",
+    "clothing",
+    "idea",
+)
+# about 330 lemmas and 70 multi-word expressions, some 2,900 word forms in the two languages
+# together: small enough for a T5 trained from scratch on 2 CPU cores to learn most of it within the
+# zoo's hour, big enough that the small model keeps making mistakes
 N_NOUNS, N_ADJS, N_ADVS = 200, 50, 20
 N_INTRANSITIVE, N_CLAUSAL, N_TRANSITIVE, N_POLYSEMOUS = 14, 5, 34, 7
 N_VERB_IDIOMS, N_COMPOUNDS, N_ADV_IDIOMS, N_LIGHT_VERBS = 34, 27, 9, 5
 
-_SRC_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-               "br", "kr", "tr", "pl", "st")
+_SRC_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "kr",
+    "tr",
+    "pl",
+    "st",
+)
 _SRC_VOWELS = ("a", "e", "i", "o", "u")
 _SRC_CODAS = ("n", "r", "s", "l", "t", "k", "m", "nd", "rt")
-_TGT_ONSETS = ("b", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
-               "sk", "st", "fr", "gr", "bl", "dr", "sn", "th")
+_TGT_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "sk",
+    "st",
+    "fr",
+    "gr",
+    "bl",
+    "dr",
+    "sn",
+    "th",
+)
 _TGT_VOWELS = ("a", "e", "i", "o", "u", "y", "ei", "au", "aa", "oe")
 _TGT_CODAS = ("", "", "", "n", "k", "t", "ld", "rn", "st", "ng", "rk", "ff", "l", "m", "s")
 _VOWEL_END = tuple("aeiouy")
 
 # gender/number suffix of source nouns, adjectives and determiners
-SRC_SUFFIX = {("m", "sg"): "o", ("m", "pl"): "i", ("f", "sg"): "a",
-              ("f", "pl"): "e", ("n", "sg"): "um", ("n", "pl"): "ar"}
+SRC_SUFFIX = {
+    ("m", "sg"): "o",
+    ("m", "pl"): "i",
+    ("f", "sg"): "a",
+    ("f", "pl"): "e",
+    ("n", "sg"): "um",
+    ("n", "pl"): "ar",
+}
 # source verb endings for 1sg 2sg 3sg 1pl 2pl 3pl
-SRC_VERB_ENDINGS = {"present": ("em", "es", "et", "emu", "eti", "ent"),
-                    "past": ("im", "is", "it", "imu", "iti", "int"),
-                    "future": ("or", "ors", "ort", "oru", "orti", "orn")}
+SRC_VERB_ENDINGS = {
+    "present": ("em", "es", "et", "emu", "eti", "ent"),
+    "past": ("im", "is", "it", "imu", "iti", "int"),
+    "future": ("or", "ors", "ort", "oru", "orti", "orn"),
+}
 PERSONS = ((1, "sg"), (2, "sg"), (3, "sg"), (1, "pl"), (2, "pl"), (3, "pl"))
 # (person, number, gender) -> (source pronoun, target pronoun)
-PRONOUNS = {(1, "sg", None): ("mi", "ik"), (2, "sg", None): ("tu", "du"),
-            (3, "sg", "m"): ("el", "han"), (3, "sg", "f"): ("ela", "hun"),
-            (3, "sg", "n"): ("elu", "hit"), (1, "pl", None): ("nos", "wie"),
-            (2, "pl", None): ("vos", "jie"), (3, "pl", None): ("elos", "thei")}
+PRONOUNS = {
+    (1, "sg", None): ("mi", "ik"),
+    (2, "sg", None): ("tu", "du"),
+    (3, "sg", "m"): ("el", "han"),
+    (3, "sg", "f"): ("ela", "hun"),
+    (3, "sg", "n"): ("elu", "hit"),
+    (1, "pl", None): ("nos", "wie"),
+    (2, "pl", None): ("vos", "jie"),
+    (3, "pl", None): ("elos", "thei"),
+}
 _PRONOUN_WEIGHTS = (20, 10, 15, 15, 5, 12, 8, 15)
 # possessor -> (source stem, agreeing with the noun; target word)
-POSSESSIVES = {(1, "sg"): ("mev", "mien"), (2, "sg"): ("tev", "dien"), (1, "pl"): ("nostr", "ure"),
-               (2, "pl"): ("vostr", "jure"), (3, "pl"): ("lor", "hure")}
-NUMERALS = (("dua", "twei"), ("trin", "thrie"), ("kwat", "fjoa"), ("pens", "fimm"),
-            ("seks", "sekst"), ("septa", "sjau"), ("okta", "otta"), ("nona", "nijo"))
+POSSESSIVES = {
+    (1, "sg"): ("mev", "mien"),
+    (2, "sg"): ("tev", "dien"),
+    (1, "pl"): ("nostr", "ure"),
+    (2, "pl"): ("vostr", "jure"),
+    (3, "pl"): ("lor", "hure"),
+}
+NUMERALS = (
+    ("dua", "twei"),
+    ("trin", "thrie"),
+    ("kwat", "fjoa"),
+    ("pens", "fimm"),
+    ("seks", "sekst"),
+    ("septa", "sjau"),
+    ("okta", "otta"),
+    ("nona", "nijo"),
+)
 # source determiner stems (+ SRC_SUFFIX) and target determiners (sg, pl)
 SRC_DETS = {"def": "l", "indef_sg": "un", "indef_pl": "alk", "dem": "kest"}
 TGT_DETS = {"def": ("tha", "tha"), "indef": ("ein", "summe"), "dem": ("thes", "thise")}
 COORDINATORS = (("e", "ok"), ("ma", "men"))
-SUBORDINATORS = (("kwan", "whan"), ("perke", "bekas"), ("bensi", "thoch"), ("se", "ef"),
-                 ("primke", "forr"), ("dopke", "efter"), ("mentre", "medan"))
+SUBORDINATORS = (
+    ("kwan", "whan"),
+    ("perke", "bekas"),
+    ("bensi", "thoch"),
+    ("se", "ef"),
+    ("primke", "forr"),
+    ("dopke", "efter"),
+    ("mentre", "medan"),
+)
 COMPLEMENTIZER = ("ke", "dat")
 NEGATION = ("ne", "nie")
 FUTURE_AUX = "wil"
 # source postposition -> target preposition by the class of its noun (None: any other)
-POSTPOSITIONS = (("ka", {"place": "inne", "building": "inne", "event": "unner", None: "hos"}),
-                 ("po", {None: "uppa"}),
-                 ("dun", {None: "uten"}),
-                 ("vel", {"person": "med", "animal": "med", None: "nest"}),
-                 ("tor", {None: "bakk"}),
-                 ("ul", {"place": "fran", "building": "fran", None: "af"}),
-                 ("zu", {None: "mot"}))
-_PP_CLASSES = ("place", "place", "building", "building", "event", "person", "animal",
-               "vehicle", "tool", "plant")
+POSTPOSITIONS = (
+    ("ka", {"place": "inne", "building": "inne", "event": "unner", None: "hos"}),
+    ("po", {None: "uppa"}),
+    ("dun", {None: "uten"}),
+    ("vel", {"person": "med", "animal": "med", None: "nest"}),
+    ("tor", {None: "bakk"}),
+    ("ul", {"place": "fran", "building": "fran", None: "af"}),
+    ("zu", {None: "mot"}),
+)
+_PP_CLASSES = (
+    "place",
+    "place",
+    "building",
+    "building",
+    "event",
+    "person",
+    "animal",
+    "vehicle",
+    "tool",
+    "plant",
+)
 
 
 def _mt_function_words():
     src = {p[0] for p in PRONOUNS.values()} | {n[0] for n in NUMERALS}
-    src |= {s + x for s in list(SRC_DETS.values()) + [p[0] for p in POSSESSIVES.values()]
-            for x in SRC_SUFFIX.values()}
+    src |= {
+        s + x
+        for s in list(SRC_DETS.values()) + [p[0] for p in POSSESSIVES.values()]
+        for x in SRC_SUFFIX.values()
+    }
     src |= {w[0] for w in COORDINATORS + SUBORDINATORS} | {COMPLEMENTIZER[0], NEGATION[0]}
     src |= {p[0] for p in POSTPOSITIONS} | {","}
     tgt = {p[1] for p in PRONOUNS.values()} | {n[1] for n in NUMERALS}
     tgt |= {w for pair in TGT_DETS.values() for w in pair} | {p[1] for p in POSSESSIVES.values()}
-    tgt |= {w[1] for w in COORDINATORS + SUBORDINATORS} | {COMPLEMENTIZER[1], NEGATION[1], FUTURE_AUX}
+    tgt |= {w[1] for w in COORDINATORS + SUBORDINATORS} | {
+        COMPLEMENTIZER[1],
+        NEGATION[1],
+        FUTURE_AUX,
+    }
     tgt |= {w for p in POSTPOSITIONS for w in p[1].values()} | {","}
     return src, tgt
 
@@ -121,7 +231,11 @@ def _tgt_noun(w):
 
 
 def _tgt_verb(w):
-    return (w, w + ("r" if w.endswith(_VOWEL_END) else "er"), w + ("ede" if w[-1] in "dt" else "de"))
+    return (
+        w,
+        w + ("r" if w.endswith(_VOWEL_END) else "er"),
+        w + ("ede" if w[-1] in "dt" else "de"),
+    )
 
 
 def _tgt_adj(w):
@@ -169,13 +283,19 @@ def _build_mt_lexicon():
                 tgt_used.update(forms)
                 return forms
 
-    all_suffixes = lambda s: [s + x for x in SRC_SUFFIX.values()]
-    all_endings = lambda s: [s + e for ends in SRC_VERB_ENDINGS.values() for e in ends]
+    def all_suffixes(s):
+        return [s + x for x in SRC_SUFFIX.values()]
+
+    def all_endings(s):
+        return [s + e for ends in SRC_VERB_ENDINGS.values() for e in ends]
 
     # nouns: persons and animals are frequent subjects, so they get more words
     share = N_NOUNS / 900  # per 900 nouns: 120 persons, 80 animals, 70 of every other class
-    classes = (["person"] * round(120 * share) + ["animal"] * round(80 * share)
-               + list(NOUN_CLASSES[2:]) * round(70 * share))[:N_NOUNS]
+    classes = (
+        ["person"] * round(120 * share)
+        + ["animal"] * round(80 * share)
+        + list(NOUN_CLASSES[2:]) * round(70 * share)
+    )[:N_NOUNS]
     rng.shuffle(classes)
     nouns = []
     for cls in classes:
@@ -183,27 +303,46 @@ def _build_mt_lexicon():
         stem = src_word(lambda s: [s + SRC_SUFFIX[g, "sg"], s + SRC_SUFFIX[g, "pl"]])
         nouns.append({"src": stem, "gender": g, "cls": cls, "tgt": tgt_word(_tgt_noun)})
     adjs = [{"src": src_word(all_suffixes), "tgt": tgt_word(_tgt_adj)} for _ in range(N_ADJS)]
-    advs = [{"src": src_word(lambda s: [s + "ul"]) + "ul", "tgt": tgt_word(lambda w: (w + "lik",))[0]}
-            for _ in range(N_ADVS)]
+    advs = [
+        {"src": src_word(lambda s: [s + "ul"]) + "ul", "tgt": tgt_word(lambda w: (w + "lik",))[0]}
+        for _ in range(N_ADVS)
+    ]
 
     object_classes = [c for c in NOUN_CLASSES if c != "person"] + ["person"]
     verbs = []
-    for kind, count in (("intr", N_INTRANSITIVE), ("clausal", N_CLAUSAL),
-                        ("tr", N_TRANSITIVE), ("poly", N_POLYSEMOUS)):
+    for kind, count in (
+        ("intr", N_INTRANSITIVE),
+        ("clausal", N_CLAUSAL),
+        ("tr", N_TRANSITIVE),
+        ("poly", N_POLYSEMOUS),
+    ):
         for _ in range(count):
             stem = src_word(all_endings)
             if kind in ("intr", "clausal"):
-                verbs.append({"src": stem, "kind": kind, "poly": False,
-                              "senses": {None: tgt_word(_tgt_verb)}})
+                verbs.append(
+                    {
+                        "src": stem,
+                        "kind": kind,
+                        "poly": False,
+                        "senses": {None: tgt_word(_tgt_verb)},
+                    }
+                )
             elif kind == "tr":  # one translation for every allowed object class
                 objs = rng.sample(object_classes, rng.choice((1, 2, 2, 3)))
                 forms = tgt_word(_tgt_verb)
-                verbs.append({"src": stem, "kind": "tr", "poly": False,
-                              "senses": {c: forms for c in objs}})
+                verbs.append(
+                    {"src": stem, "kind": "tr", "poly": False, "senses": {c: forms for c in objs}}
+                )
             else:  # polysemous: a different translation for each object class
                 objs = rng.sample(object_classes, rng.choice((2, 2, 3)))
-                verbs.append({"src": stem, "kind": "tr", "poly": True,
-                              "senses": {c: tgt_word(_tgt_verb) for c in objs}})
+                verbs.append(
+                    {
+                        "src": stem,
+                        "kind": "tr",
+                        "poly": True,
+                        "senses": {c: tgt_word(_tgt_verb) for c in objs},
+                    }
+                )
     rng.shuffle(verbs)  # list position is the frequency rank
 
     # multi-word expressions; their bare nouns come from disjoint pools so that
@@ -212,7 +351,11 @@ def _build_mt_lexicon():
     light_verbs = transitive[:N_LIGHT_VERBS]
     pool = list(range(N_NOUNS))
     rng.shuffle(pool)
-    a, b, c = N_NOUNS // 3, N_NOUNS // 3 + 2 * N_NOUNS // 9, N_NOUNS // 3 + 2 * N_NOUNS // 9 + N_NOUNS // 15
+    a, b, c = (
+        N_NOUNS // 3,
+        N_NOUNS // 3 + 2 * N_NOUNS // 9,
+        N_NOUNS // 3 + 2 * N_NOUNS // 9 + N_NOUNS // 15,
+    )
     idiom_nouns, modifier_nouns, adverbial_nouns = pool[:a], pool[a:b], pool[b:c]
     pairs = set()
     while len(pairs) < N_VERB_IDIOMS:
@@ -236,18 +379,35 @@ def _build_mt_lexicon():
     rng.shuffle(adv_idioms)
 
     tables = {
-        "nouns": {c: _zipf_table([i for i, n in enumerate(nouns) if n["cls"] == c], 0.7) for c in NOUN_CLASSES},
-        "compounds": {c: _zipf_table([i for i, x in enumerate(compounds) if nouns[x["head"]]["cls"] == c], 0.5)
-                      for c in NOUN_CLASSES},
+        "nouns": {
+            c: _zipf_table([i for i, n in enumerate(nouns) if n["cls"] == c], 0.7)
+            for c in NOUN_CLASSES
+        },
+        "compounds": {
+            c: _zipf_table(
+                [i for i, x in enumerate(compounds) if nouns[x["head"]]["cls"] == c], 0.5
+            )
+            for c in NOUN_CLASSES
+        },
         "adjs": _zipf_table(range(N_ADJS), 0.8),
         "advs": _zipf_table(range(N_ADVS), 0.8),
-        "verbs": {k: _zipf_table([i for i, v in enumerate(verbs) if v["kind"] == k], 0.8)
-                  for k in ("intr", "clausal", "tr")},
+        "verbs": {
+            k: _zipf_table([i for i, v in enumerate(verbs) if v["kind"] == k], 0.8)
+            for k in ("intr", "clausal", "tr")
+        },
         "verb_idioms": _zipf_table(range(N_VERB_IDIOMS), 0.7),
         "adv_idioms": _zipf_table(range(N_ADV_IDIOMS), 0.7),
     }
-    return {"nouns": nouns, "adjs": adjs, "advs": advs, "verbs": verbs, "verb_idioms": verb_idioms,
-            "compounds": compounds, "adv_idioms": adv_idioms, "tables": tables}
+    return {
+        "nouns": nouns,
+        "adjs": adjs,
+        "advs": advs,
+        "verbs": verbs,
+        "verb_idioms": verb_idioms,
+        "compounds": compounds,
+        "adv_idioms": adv_idioms,
+        "tables": tables,
+    }
 
 
 class MTGenerator:
@@ -274,7 +434,10 @@ class MTGenerator:
             src, tgt = s1 + [cs] + s2, t1 + [ct] + t2
         elif r < 0.73:  # two coordinated main clauses + an adverbial clause
             (c1s, c1t), (c2s, c2t) = rng.choice(COORDINATORS), rng.choice(SUBORDINATORS)
-            (s1, t1), (s2, t2) = self.realize(self.clause(), "main"), self.realize(self.clause(), "main")
+            (s1, t1), (s2, t2) = (
+                self.realize(self.clause(), "main"),
+                self.realize(self.clause(), "main"),
+            )
             s3, t3 = self.realize(self.clause(), "sub")
             src, tgt = s1 + [c1s] + s2 + [",", c2s] + s3, t1 + [c1t] + t2 + [",", c2t] + t3
         else:  # main clause + adverbial clause, in either order
@@ -292,7 +455,17 @@ class MTGenerator:
         """(src tokens, tgt tokens, number) of a noun phrase of class ``cls``."""
         rng, lex = self.rng, self.lex
         r = rng.random()
-        det = "def" if r < 0.45 else "indef" if r < 0.7 else "dem" if r < 0.8 else "poss" if r < 0.92 else "num"
+        det = (
+            "def"
+            if r < 0.45
+            else "indef"
+            if r < 0.7
+            else "dem"
+            if r < 0.8
+            else "poss"
+            if r < 0.92
+            else "num"
+        )
         number = "pl" if det == "num" or rng.random() < 0.3 else "sg"
         pl = number == "pl"
         compounds = lex["tables"]["compounds"][cls]
@@ -312,7 +485,10 @@ class MTGenerator:
             stem, tgt_d = POSSESSIVES[rng.choice(tuple(POSSESSIVES))]
             src_d = stem + suffix
         elif det == "indef":
-            src_d, tgt_d = SRC_DETS["indef_pl" if pl else "indef_sg"] + suffix, TGT_DETS["indef"][pl]
+            src_d, tgt_d = (
+                SRC_DETS["indef_pl" if pl else "indef_sg"] + suffix,
+                TGT_DETS["indef"][pl],
+            )
         else:
             src_d, tgt_d = SRC_DETS[det] + suffix, TGT_DETS[det][pl]
         r = rng.random()
@@ -334,7 +510,10 @@ class MTGenerator:
             key = rng.choices(tuple(PRONOUNS), weights=_PRONOUN_WEIGHTS)[0]
             src, tgt = PRONOUNS[key]
             return [src], [tgt], key[:2], key[0] in (1, 2) and rng.random() < 0.5
-        animate = lambda: "animal" if rng.random() < 0.25 else "person"
+
+        def animate():
+            return "animal" if rng.random() < 0.25 else "person"
+
         if r < 0.36:  # coordinated subject: the verb is plural
             s1, t1, _ = self.noun_phrase(animate())
             s2, t2, _ = self.noun_phrase(animate())
@@ -374,8 +553,10 @@ class MTGenerator:
                 c["adv"] = ([adv["src"]], [adv["tgt"]])
             else:  # bare noun + postposition idiom
                 idiom = lex["adv_idioms"][_pick(rng, lex["tables"]["adv_idioms"])]
-                c["adv"] = ([lex["nouns"][idiom["noun"]]["src"], POSTPOSITIONS[idiom["post"]][0]],
-                            list(idiom["tgt"]))
+                c["adv"] = (
+                    [lex["nouns"][idiom["noun"]]["src"], POSTPOSITIONS[idiom["post"]][0]],
+                    list(idiom["tgt"]),
+                )
         if rng.random() < (0.15 if c["comp"] else 0.35):
             post, senses = rng.choice(POSTPOSITIONS)
             cls = rng.choice(_PP_CLASSES)
@@ -402,10 +583,11 @@ class MTGenerator:
         if c["tense"] == "future":
             vp = [FUTURE_AUX] + neg + [base]
         else:
-            vp = neg + [past if c["tense"] == "past" else third if (person, number) == (3, "sg") else base]
+            vp = neg + [
+                past if c["tense"] == "past" else third if (person, number) == (3, "sg") else base
+            ]
         tgt = c["subj_tgt"] + vp + c["obj"][1] + c["pp"][1] + c["adv"][1]
         if c["comp"]:
             s, t = self.realize(c["comp"], "sub")
             src, tgt = src + [COMPLEMENTIZER[0]] + s, tgt + [COMPLEMENTIZER[1]] + t
         return src, tgt
-
