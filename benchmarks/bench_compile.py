@@ -31,6 +31,7 @@ import torch
 
 import bildlab
 from bildlab.engine import static, timing
+from bildlab.engine.policy import Policy
 from bildlab.harness import shard
 from bildlab.harness.benchmark import run
 from bildlab.measure import metrics
@@ -105,9 +106,7 @@ def measure(name, args):
     policy = dict(
         max_new_tokens=args.max_new_tokens,
         eos=eos,
-        k=args.k,
-        fallback=args.fallback,
-        rollback=args.rollback,
+        policy=Policy(k=args.k, fallback=args.fallback, rollback=args.rollback),
     )
     with timing.fixed_threads(args.threads):
         compile_seconds = static.warm_up(

@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from bildlab.engine.policy import Policy
 from bildlab.harness.benchmark import LOSSLESS, METHODS, compare, random_pair
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -89,9 +90,7 @@ def main(argv=None):
         threads=args.threads,
         repeats=args.repeats,
         max_new_tokens=args.max_new_tokens,
-        k=args.k,
-        fallback=args.fallback,
-        rollback=args.rollback,
+        policy=Policy(k=args.k, fallback=args.fallback, rollback=args.rollback),
         progress=True,
     )
     print(

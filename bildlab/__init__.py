@@ -8,6 +8,7 @@ __version__ = "0.2.0"
 _HOME = {
     "METHODS": "engine.decoding",
     "Output": "engine.decoding",
+    "Policy": "engine.policy",
     "generate": "engine.decoding",
     "generate_batch": "engine.batch",
     "warm_up": "engine.static",

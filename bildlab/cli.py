@@ -27,7 +27,9 @@ def _demo(args) -> int:
         large, small = pair.large, pair.small
         inputs = pair.inputs("test", limit=args.n)
         what = f"{args.pair} from the shipped zoo, its first {len(inputs)} test sources"
-    methods, policy = ("greedy", "speculative", "bild"), dict(k=4, fallback=0.6, rollback=5.0)
+    from .engine.policy import DEFAULTS as policy
+
+    methods = ("greedy", "speculative", "bild")
     r = compare(
         large,
         small,
@@ -36,12 +38,12 @@ def _demo(args) -> int:
         max_new_tokens=args.max_new_tokens,
         warmup=1,
         threads=args.threads,
-        **policy,
+        policy=policy,
     )
     n = len(inputs)
     print(
         f"{what}; max {args.max_new_tokens} new tokens, threads={args.threads}, 1 warm-up decode, "
-        f"speculative k={policy['k']}, BiLD fallback {policy['fallback']} rollback {policy['rollback']}"
+        f"speculative k={policy.k}, BiLD fallback {policy.fallback} rollback {policy.rollback}"
     )
     print(
         f"{'method':>12} {'tokens':>7} {'large calls':>12} {'small-model tokens':>19}  "

@@ -731,14 +731,14 @@ def test_bild_rollback_rules_equal_the_reference():
 
 
 def test_rollback_rule_is_checked():
-    from bildlab.engine.decoding import ROLLBACK_RULES, check_policy
+    from bildlab.engine.decoding import ROLLBACK_RULES, Policy
 
     assert ROLLBACK_RULES == ("first-differing", "first-above")
     with pytest.raises(
         ValueError,
         match="rollback_rule must be one of 'first-differing', 'first-above'; got 'paper'",
     ):
-        check_policy("bild", rollback_rule="paper")
+        Policy("bild", rollback_rule="paper")
     large = tiny("t5", seed=1)
     with pytest.raises(ValueError, match="rollback_rule must be one of"):
         bildlab.generate(large, prompt(0), small=large, method="bild", rollback_rule="official")

@@ -202,7 +202,7 @@ def test_an_interrupted_sweep_leaves_no_record_and_resumes_from_its_checkpoint(
     calls = {"n": 0}
 
     def flaky(*a, **kw):
-        if kw.get("fallback") == 0.8:
+        if (kw["policy"].fallback if "policy" in kw else kw.get("fallback")) == 0.8:
             calls["n"] += 1
             if calls["n"] == 5:  # the 0.8 policy on the 4th example (after one warm-up decode)
                 raise KeyboardInterrupt
@@ -466,7 +466,9 @@ def test_a_notebooks_batched_outputs_are_computed_once_and_planned_once(
     monkeypatch.setattr(
         batch,
         "generate_batch",
-        lambda *a, **kw: made.append(kw.get("method", "greedy")) or real(*a, **kw),
+        lambda *a, **kw: (
+            made.append(kw["policy"].method if "policy" in kw else "greedy") or real(*a, **kw)
+        ),
     )
     one = ev.sweep("toy-mt", grid, registry=tmp_path, timing_limit=3, batch_size=4, **FAST)
     # vanilla, the policy, the small model alone

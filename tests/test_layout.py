@@ -72,10 +72,14 @@ ORDER = [
     "engine.capabilities",
     "engine.early_exit",
     "engine.timing",
+    "engine.tally",
+    "engine.policy",
     "atomic",
     "",
 ]
-MAX_LINES = 450
+# a module's size as the parser counts it (statements), not as the formatter wraps it: the 450-line
+# cap of the hand-wrapped 120-column code held modules of up to 323 statements
+MAX_STATEMENTS = 330
 
 
 def _modules() -> dict[str, Path]:
@@ -191,13 +195,18 @@ def test_the_import_graph_sees_an_upward_import(tmp_path, monkeypatch):
     assert upward_packages(graph) == ["harness imports study"]
 
 
+def statements(source: str) -> int:
+    return sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(source)))
+
+
 def test_no_module_is_too_long():
     long = {
         name: n
         for name, f in _modules().items()
-        if (n := len(f.read_text().splitlines())) > MAX_LINES
+        if (n := statements(f.read_text())) > MAX_STATEMENTS
     }
     assert not long
+    assert statements("x = 1\nif x:\n    y = 2\n") == 3
 
 
 def test_every_import_is_a_declared_dependency():

@@ -617,7 +617,7 @@ def test_paper_profile_end_to_end_on_the_mirror(hub, tmp_path):
         "BILDLAB_CACHE": str(tmp_path / "c"),
     }
     code = (
-        "import sys; from bildlab import runner; runner.PARAMS = __import__('pathlib').Path(sys.argv[1]); "
+        "import sys; from bildlab.study import runner; runner.PARAMS = __import__('pathlib').Path(sys.argv[1]); "
         "from bildlab.cli import main; sys.exit(main(['study', '--profile', 'paper', '--out', sys.argv[2]]))"
     )
     run = subprocess.run(

@@ -693,7 +693,7 @@ def test_two_study_runs_at_once_each_talk_to_their_own_kernel(tmp_path):
         str(tmp_path / "pid.ipynb"),
     )
     run = (
-        "import sys, papermill as pm; from bildlab import runner\n"
+        "import sys, papermill as pm; from bildlab.study import runner\n"
         "with runner.kernel_config() as config:\n"
         "    pm.execute_notebook('pid.ipynb', sys.argv[1], kernel_name='python3', progress_bar=False, config=config)"
     )

@@ -54,11 +54,13 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from . import capabilities
+from . import capabilities, tally
 from . import memory as mem
-from .decoding import Output, _check, decoder_start, draft_width, eos_ids, is_int
+from . import policy as policies
+from .decoding import Output, check_call, decoder_start, eos_ids
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
+from .policy import Policy, is_int
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
 # BiLD counts that include the work on a rolled-back branch
@@ -120,76 +122,66 @@ class _Rows:
 # at this position.
 
 
-def _greedy_step(t, large, small, st, policy):
+def _greedy_step(t, large, small, st, policy, budget):
     return large.argmax(-1), None
 
 
-def _bild_step(t, large, small, st, policy):
+def _bild_step(t, large, small, st, policy, budget):
     target = large.argmax(-1)
-    if t == 0:
-        return target, None  # the first token is the large model's
+    if t == 0:  # the first token is the large model's: a verification of no draft
+        one = torch.ones_like(target)
+        tally.verification(st, one * 0, one * 0, one, made=one)
+        return target, None
     token = small.argmax(-1)
     confidence = small.softmax(-1).gather(-1, token[:, None])[:, 0]
     nll = -large.log_softmax(-1).gather(-1, token[:, None])[:, 0]
-    full = st["run"] >= policy["max_small_steps"]  # the N-limit comes before the confidence
+    run = st["run"]
+    full = run >= policy.max_small_steps  # the N-limit comes before the confidence
     # float64, as the engine compares its .tolist()
-    fell = ~full & (confidence.double() < policy["fallback"])
-    above = nll > policy["rollback"]  # float32, as the engine
+    fell = ~full & (confidence.double() < policy.fallback)
+    above = nll > policy.rollback  # float32, as the engine
     bad = above & (token != target)
-    if policy["rollback_rule"] == "first-above":
+    if policy.rollback_rule == "first-above":
         bad &= ~st["above"]
     written = ~full & ~fell
     rolled = written & bad
     kept = written & ~rolled
-    # a draft ends: a token rejected, or fallback / N-limit
-    st["drafts"] += rolled | (~written & (st["run"] > 0))
-    st["accepted_at"] += _at(st["run"], kept, st["accepted_at"].shape[1])
+    # where the large model chooses, the engine verified the run (and the rolled-back token)
+    chose = ~kept
+    tally.verification(st, (run + rolled) * chose, run * chose, (run + 1) * chose, made=chose)
     st["fallbacks"] += fell
-    st["rollbacks"] += rolled
-    st["small_tokens"] += kept
-    st["run"] = torch.where(kept, st["run"] + 1, 0)
+    st["run"] = torch.where(kept, run + 1, 0)
     st["above"] = (st["above"] | above) & kept
     return torch.where(kept, token, target), None
 
 
-def _speculative_step(t, large, small, st, policy):
+def _bild_end(st, done):
+    """A row that ends after small tokens (a confident EOS, or the budget): the engine's last
+    verification kept them and added no token."""
+    last = done & (st["run"] > 0)
+    run = st["run"] * last
+    tally.verification(st, run, run, run, made=last)
+
+
+def _speculative_step(t, large, small, st, policy, budget):
     target = large.argmax(-1)
     # the window's drafted tokens, m
-    width = (policy["max_new_tokens"] - st["start"]).clamp_max(policy["k"])
+    width = (budget - st["start"]).clamp_max(policy.k)
     drafting = st["run"] < width
     accept = drafting & (small.argmax(-1) == target)
-    close = ~accept if t + 1 < policy["max_new_tokens"] else torch.ones_like(accept)
-    # after an accepted EOS the window runs on, counting no tokens
-    st["small_tokens"] += accept & ~st["ended"]
-    st["accepted_at"] += _at(st["run"], accept & ~st["ended"], policy["k"])
-    st["drafts"] += close & (width > 0)
-    st["rollbacks"] += drafting & ~accept
-    st["drafted"] += torch.where(close, width, 0)
-    st["large_calls"] += close
+    close = ~accept if t + 1 < budget else torch.ones_like(accept)
+    # the window's tokens up to an EOS are committed; after an accepted EOS the window runs on
+    st["window"] += ~st["ended"]
+    kept = st["run"] + (accept & close)
+    tally.verification(st, width * close, kept * close, st["window"] * close, made=close)
     st["run"] = torch.where(close, 0, st["run"] + 1)
+    st["window"] = torch.where(close, 0, st["window"])
     st["start"] = torch.where(close, t + 1, st["start"])
     return target, close
 
 
-def _at(position: torch.Tensor, accepted: torch.Tensor, width: int) -> torch.Tensor:
-    """[rows, width]: a 1 at each accepting row's draft position (the engine's `accepted_at`)."""
-    return torch.nn.functional.one_hot(position.clamp_max(width - 1), width) * accepted[:, None]
-
-
 STEPS = {"greedy": _greedy_step, "bild": _bild_step, "speculative": _speculative_step}
-STATE = {
-    "greedy": (),
-    "bild": ("run", "small_tokens", "fallbacks", "rollbacks", "drafts"),
-    "speculative": (
-        "run",
-        "start",
-        "small_tokens",
-        "rollbacks",
-        "drafted",
-        "large_calls",
-        "drafts",
-    ),
-}
+STATE = {"greedy": (), "bild": ("run",), "speculative": ("run", "start", "window")}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -200,12 +192,12 @@ def _lockstep(
     large: PreTrainedModel,
     small: PreTrainedModel | None,
     xs: list[torch.Tensor],
-    method: str,
-    policy: dict,
+    policy: Policy,
+    budget: int,
     eos: torch.Tensor,
 ) -> list[Output]:
     """Decode the rows `xs` together; `small` is None when the method never drafts."""
-    B, budget, device = len(xs), policy["max_new_tokens"], large.device
+    B, device, method = len(xs), large.device, policy.method
     if budget == 0:
         return [Output([], _stats(method, small, None, policy)) for _ in xs]
     lengths = torch.tensor([x.shape[1] for x in xs], device=device)
@@ -242,9 +234,7 @@ def _lockstep(
     step = STEPS[rule]
     zeros = torch.zeros(B, dtype=torch.long, device=device)
     st = {name: zeros.clone() for name in STATE[rule]}
-    if rule != "greedy":  # per row, the drafts whose i-th token was accepted
-        width = draft_width(rule, policy["k"], policy["max_small_steps"])
-        st["accepted_at"] = torch.zeros((B, width), dtype=torch.long, device=device)
+    st.update(tally.counts(policy.width if rule != "greedy" else 0, zeros))
     # BiLD "first-above": a small token above the threshold since the large model chose
     st["above"] = zeros.bool()
     st["ended"] = zeros.bool()  # the output has its EOS
@@ -254,7 +244,9 @@ def _lockstep(
     final = {}  # finished rows: index in xs -> their state, on the host
     for t in range(budget):
         logits = [m.logits(ids, mask, positions) for m in models]
-        token, close = step(t, logits[0], logits[-1] if small is not None else None, st, policy)
+        token, close = step(
+            t, logits[0], logits[-1] if small is not None else None, st, policy, budget
+        )
         tokens[rows, t] = token
         ends = ~st["ended"] & torch.isin(token, eos)
         st["length"] = torch.where(ends, t + 1, st["length"])
@@ -263,6 +255,8 @@ def _lockstep(
         if t + 1 == budget:
             done = torch.ones_like(done)
         if done.any():  # the one host sync per step: finished rows leave the batch
+            if rule == "bild":
+                _bild_end(st, done)
             finished = rows[done].tolist()
             for name, values in st.items():
                 for i, v in zip(finished, values[done].tolist()):
@@ -289,52 +283,19 @@ def _lockstep(
     ]
 
 
-def _stats(method: str, small, st: dict | None, policy: dict) -> dict:
-    """The engine's counts for one row, from its final lockstep state; those it cannot give, named
-    in 'inexact'."""
+def _stats(method: str, small, st: dict | None, policy: Policy) -> dict:
+    """The engine's counts for one row, from its final lockstep state (`tally`'s counts; the large
+    model alone: one verification a token, summed here); those it cannot give, named in 'inexact'."""
     n = st["length"] if st else 0
+    c = tally.counts(policy.width)
     if small is None or not st:  # the large model alone, or nothing to decode
-        stats = dict(
-            small_tokens=0,
-            large_tokens=n,
-            small_calls=0,
-            large_calls=n,
-            drafted=0,
-            accepted=0,
-            fallbacks=0,
-            rollbacks=0,
-            drafts=0,
-            accepted_at=[0] * draft_width(method, policy["k"], policy["max_small_steps"]),
-        )
-    elif method == "bild":
-        kept = st["small_tokens"]
-        stats = dict(
-            small_tokens=kept,
-            large_tokens=n - kept,
-            small_calls=kept + st["fallbacks"],
-            large_calls=n - kept + int(st["run"] > 0),
-            drafted=kept,
-            accepted=kept,
-            fallbacks=st["fallbacks"],
-            rollbacks=st["rollbacks"],
-            drafts=st["drafts"] + int(st["run"] > 0),
-            # the last call verified small tokens and added none: run > 0
-            accepted_at=st["accepted_at"],
-        )
+        tally.verification(c, 0, 0, n, made=n)
+        small_calls = 0
     else:
-        kept = st["small_tokens"]
-        stats = dict(
-            small_tokens=kept,
-            large_tokens=n - kept,
-            small_calls=st["drafted"],
-            large_calls=st["large_calls"],
-            drafted=st["drafted"],
-            accepted=kept,
-            fallbacks=0,
-            rollbacks=st["rollbacks"],
-            drafts=st["drafts"],
-            accepted_at=st["accepted_at"],
-        )
+        c.update({name: st[name] for name in c})
+        # the small model's steps: each kept token and each discarded one (BiLD), each drafted one
+        small_calls = c["small_tokens"] + c["fallbacks"] if method == "bild" else c["drafted"]
+    stats = tally.stats(c, small_calls)
     inexact = list(BRANCH) if method == "bild" and stats["rollbacks"] else []
     for key in inexact:
         del stats[key]
@@ -352,34 +313,34 @@ def generate_batch(
     inputs: list[torch.Tensor],
     *,
     small: PreTrainedModel | None = None,
-    method: str = "greedy",
+    policy: Policy | None = None,
     batch_size: int = 64,
     max_new_tokens: int = 128,
     eos_token_id: int | list[int] | None = None,
-    k: int = 4,
-    fallback: float = 0.6,
-    rollback: float = 5.0,
-    max_small_steps: int = 10,
-    rollback_rule: str = "first-differing",
-    do_sample: bool = False,
     memory: int | str | None = None,
     report: dict | None = None,
-    ngram: int = 2,
+    **keywords,
 ) -> list[Output]:
     """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens
     equal `generate(large, inputs[i], small=small, method=method, ...)`'s. `inputs` are [1, n]
-    LongTensors; the keywords are `generate`'s. Methods greedy, bild, (greedy) speculative and
-    prompt-lookup; see the module docstring for `stats`. `memory`: the bytes a batch may take (an
-    int, or a size such as "12GiB"; None: the device's free memory less a margin,
-    `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows. `report`: a dict to fill
-    with {"memory": budget bytes, "batches": [rows of each batch decoded], "splits": out-of-memory
-    splits}."""
-    if method == "sample" or do_sample is True:
+    LongTensors; the policy is a `Policy` or its parameters as keywords, as for `generate`. Methods
+    greedy, bild, (greedy) speculative and prompt-lookup; see the module docstring for `stats`.
+    `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free
+    memory less a margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows.
+    `report`: a dict to fill with {"memory": budget bytes, "batches": [rows of each batch decoded],
+    "splits": out-of-memory splits}."""
+    if (
+        keywords.get("method") == "sample"
+        or keywords.get("do_sample") is True
+        or (policy is not None and isinstance(policy, Policy) and policy.sampling)
+    ):
         raise ValueError(
             "generate_batch computes greedy outputs only: a sampled output (method='sample', "
             "do_sample=True) depends on the random stream of the sequential engine, which a batch does "
             "not reproduce; use generate for sampling"
         )
+    policy = policies.of(policy, keywords, "generate_batch")
+    method = policy.method
     if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
     mem.parse(memory)
@@ -387,34 +348,9 @@ def generate_batch(
         raise TypeError(f"report must be None or a dict to fill; got {type(report).__name__}")
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of [1, n] LongTensors; got {type(inputs).__name__}")
-    policy = dict(
-        max_new_tokens=max_new_tokens,
-        k=k,
-        fallback=fallback,
-        rollback=rollback,
-        max_small_steps=max_small_steps,
-        rollback_rule=rollback_rule,
-    )
 
     def check(x):
-        return _check(
-            large,
-            x,
-            small,
-            method,
-            max_new_tokens,
-            k,
-            fallback,
-            rollback,
-            max_small_steps,
-            do_sample,
-            1.0,
-            None,
-            None,
-            None,
-            rollback_rule,
-            ngram,
-        )
+        return check_call(large, x, small, policy, max_new_tokens)
 
     # the models and the policy, before any input is named
     check(torch.ones((1, 1), dtype=torch.long))
@@ -425,8 +361,7 @@ def generate_batch(
         except (TypeError, ValueError) as e:
             raise type(e)(f"inputs[{i}]: {e}") from None
     eos = torch.tensor(sorted(eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
-    # as the engine starts its drafter
-    drafts = method == "speculative" or (method == "bild" and fallback < 1.0)
+    drafts = policy.drafts  # as the engine starts its drafter
     capabilities.require_pair(large, small, method, drafts, batch=True)
     equal = _equal_lengths(large, small if drafts else None)
     budget = mem.budget(memory, large.device)
@@ -443,7 +378,7 @@ def generate_batch(
     def decode(rows: list[int]) -> list[Output]:
         try:
             outs = _lockstep(
-                large, small if drafts else None, [xs[i] for i in rows], method, policy, eos
+                large, small if drafts else None, [xs[i] for i in rows], policy, max_new_tokens, eos
             )
         except torch.OutOfMemoryError:
             if len(rows) == 1:
@@ -465,10 +400,10 @@ def generate_batch(
     if method == "prompt-lookup":
         ids = frozenset(eos.tolist())
         for x, out in zip(xs, outputs):
-            c = lookup_counts(x[0].tolist(), out.tokens, ngram, k, max_new_tokens, ids)
-            out.stats.update(
-                c, small_tokens=c["accepted"], large_tokens=len(out.tokens) - c["accepted"]
+            c = lookup_counts(
+                x[0].tolist(), out.tokens, policy.ngram, policy.k, max_new_tokens, ids
             )
+            out.stats.update(tally.stats(c, 0))
     if report is not None:
         report.update(layout)
     return outputs

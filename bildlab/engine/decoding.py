@@ -33,14 +33,16 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from . import static
+from . import policy as policies
+from . import static, tally
 from .capabilities import require_pair
 from .early_exit import shares_bottom_layers
 from .lookup import NgramDraft
+from .policy import METHODS, ROLLBACK_RULES, Policy, is_int
 from .timing import clock as _clock
 from .views import EarlyExitView, View
 
-METHODS = ("greedy", "sample", "speculative", "bild", "prompt-lookup")
+__all__ = ["METHODS", "ROLLBACK_RULES", "Output", "Policy", "generate", "is_int"]
 
 
 @dataclass
@@ -125,9 +127,6 @@ def _accept_greedy(
     return _decide(draft, draft != target[: len(draft)], target)
 
 
-ROLLBACK_RULES = ("first-differing", "first-above")
-
-
 def _accept_rollback(rollback: float, rule: str = "first-differing"):
     def accept(draft: torch.Tensor, logits: torch.Tensor, q: torch.Tensor) -> tuple[list[int], int]:
         """BiLD rollback: a drafted token y with -log p_L(y) > rollback that differs from the large
@@ -173,76 +172,140 @@ def _accept_sampling(
 # The loop
 
 
+def draft_stop_rule(policy: Policy):
+    """The method's draft-stop rule."""
+    if policy.method in ("greedy", "sample", "prompt-lookup"):  # prompt lookup has no draft model
+        return _stop_never_draft
+    if policy.method == "speculative":
+        return _stop_fixed_length(policy.k)
+    return _stop_bild_fallback(policy.fallback, policy.max_small_steps)
+
+
+def acceptance_rule(policy: Policy, generator: torch.Generator | None):
+    """The method's acceptance rule."""
+    if policy.sampling:
+        return _accept_sampling(policy.temperature, policy.top_k, policy.top_p, generator)
+    if policy.method == "bild":
+        return _accept_rollback(policy.rollback, policy.rollback_rule)
+    return _accept_greedy
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The loop: draft, verify, commit
+
+
+@dataclass
+class Decode:
+    """One decode's state: the shared buffer (the decoder start token or the prompt, then the
+    output; drafts are written past `pos`), the committed length `pos`, the budget `end` (a buffer
+    position), the EOS ids and the counts (`tally`)."""
+
+    seq: torch.Tensor
+    pos: int
+    end: int
+    eos: frozenset
+    counts: dict
+
+
+def draft(run: Decode, drafter: View, stop, policy: Policy, generator) -> tuple[int, list]:
+    """The draft model writes seq[pos : pos + m], one token a step, until the stop rule ends the
+    draft (BiLD: a low-confidence token is discarded and counted as a fallback; a confident EOS ends
+    the draft, the large model still checks it). Returns m and, when sampling, the draft's
+    distributions."""
+    seq, pos, end, m, q_rows = run.seq, run.pos, run.end, 0, []
+    sample, confident = policy.sampling, policy.method == "bild"
+    while pos + m < end and not stop(m, None):
+        logits = drafter.logits(seq, pos + m, 1)[-1]
+        if sample:
+            q = _probs(logits, policy.temperature, policy.top_k, policy.top_p)
+            token = torch.multinomial(q, 1, generator=generator)[0]
+            q_rows.append(q)
+        else:
+            token = logits.argmax()
+        if confident:  # confidence and token id in one transfer (ids are exact in float32)
+            confidence, token_id = torch.stack([logits.softmax(-1)[token], token.float()]).tolist()
+            if stop(m, confidence):
+                run.counts["fallbacks"] += 1
+                break
+        seq[0, pos + m] = token
+        m += 1
+        if confident and int(token_id) in run.eos:
+            break
+    return m, q_rows
+
+
+def draft_lookup(run: Decode, lookup: NgramDraft) -> int:
+    """Prompt lookup's draft, copied from the context into seq[pos : pos + m]; returns m."""
+    tokens = lookup.draft(run.end - run.pos)
+    if tokens:
+        run.seq[0, run.pos : run.pos + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return len(tokens)
+
+
+def verify(run: Decode, large: View, accept, m: int, q_rows: list) -> tuple[list[int], int]:
+    """The large model scores the committed tail and the m drafted tokens in one pass; the
+    acceptance rule keeps a prefix of the draft and gives the large model's next token."""
+    logits = large.logits(run.seq, run.pos + m, m + 1)
+    q = torch.stack(q_rows) if q_rows else logits[:0]
+    return accept(run.seq[0, run.pos : run.pos + m], logits, q)
+
+
+def commit(run: Decode, m: int, kept: list[int], token: int, views, lookup) -> bool:
+    """The kept draft, then the large model's token unless the budget is used up; an EOS ends the
+    output. Counts the verification, crops every cache to the verified positions (the large model's
+    token is fed next time) and returns whether the output ended at an EOS."""
+    n = len(kept)
+    new = kept if run.pos + n == run.end else kept + [token]
+    cut = next((i + 1 for i, t in enumerate(new) if t in run.eos), None)
+    new = new[:cut]
+    if len(new) > n:
+        run.seq[0, run.pos + n] = token
+    tally.verification(run.counts, m, n, len(new))
+    for view in views:
+        view.crop(run.pos + n)
+    run.pos += len(new)
+    if lookup is not None:
+        lookup.extend(new)
+    return cut is not None
+
+
 @torch.inference_mode()
 def generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     *,
     small: PreTrainedModel | None = None,
-    method: str = "greedy",
+    policy: Policy | None = None,
     max_new_tokens: int = 128,
     eos_token_id: int | list[int] | None = None,
-    k: int = 4,
-    fallback: float = 0.6,
-    rollback: float = 5.0,
-    max_small_steps: int = 10,
-    rollback_rule: str = "first-differing",
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     seed: int | None = None,
-    ngram: int = 2,
     cache: str = "dynamic",
     compile: bool = False,
+    **keywords,
 ) -> Output:
     """Generate with the large `model` alone ("greedy", "sample"), helped by the `small` model
     ("speculative", "bild"), or by drafts without a model ("prompt-lookup": up to `k` tokens copied
     from the input and output after their last n-gram, n <= `ngram`, `lookup.py`; `small` is not
-    used).
+    used). The policy is a `Policy`, or its parameters as keywords (`method="bild", fallback=0.5`).
 
     `input_ids` is a [1, n] LongTensor: the source for encoder-decoder models, the prompt for
     decoder-only ones. `small` is a separate model or an early exit of `model` (`exit_draft(model,
     layers)`, which then shares the large model's encoder outputs and KV cache). Returns
-    `Output(tokens, stats)`; `tokens` are the new tokens only. See the module docstring for the
-    methods. Lossless modes (greedy, greedy speculative, prompt-lookup, bild with fallback=1 or
-    rollback=0) equal the large model's greedy output; speculative sampling has the large model's
-    sampling law (temperature / top-k / top-p applied to both). What cannot be exact for these
-    models is refused before the first token (`capabilities.Unsupported`). `cache="static"`:
-    preallocated caches whose rollback only moves a position; `compile=True` (static only): compiled
-    steps of a few fixed shapes (`static.py`; `static.warm_up` compiles them ahead of timing)."""
-    input_ids = _check(
-        model,
-        input_ids,
-        small,
-        method,
-        max_new_tokens,
-        k,
-        fallback,
-        rollback,
-        max_small_steps,
-        do_sample,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        rollback_rule,
-        ngram,
-    )
+    `Output(tokens, stats)`; `tokens` are the new tokens only, `stats` the counts (`tally`) and
+    timings. See the module docstring for the methods. Lossless modes (greedy, greedy speculative,
+    prompt-lookup, bild with fallback=1 or rollback=0) equal the large model's greedy output;
+    speculative sampling has the large model's sampling law (temperature / top-k / top-p applied to
+    both). What cannot be exact for these models is refused before the first token
+    (`capabilities.Unsupported`). `cache="static"`: preallocated caches whose rollback only moves a
+    position; `compile=True` (static only): compiled steps of a few fixed shapes (`static.py`;
+    `static.warm_up` compiles them ahead of timing)."""
+    policy = policies.of(policy, keywords, "generate")
+    input_ids = check_call(model, input_ids, small, policy, max_new_tokens, seed)
     static.check(cache, compile)
-    require_pair(
-        model,
-        small,
-        method,
-        drafts=method == "speculative" or (method == "bild" and fallback < 1.0),
-    )
-    do_sample = do_sample or method == "sample"
-    eos = eos_ids(model, eos_token_id)
+    require_pair(model, small, policy.method, drafts=policy.drafts)
     device = input_ids.device
     t_start = _clock(device)
 
-    # the shared sequence buffer: [decoder start] or the prompt, then the output; drafts are written
-    # past `pos`
     if model.config.is_encoder_decoder:
         prefix = torch.tensor([[decoder_start(model)]], device=device)
     else:
@@ -250,32 +313,18 @@ def generate(
     P = prefix.shape[1]
     seq = torch.empty((1, P + max_new_tokens), dtype=torch.long, device=device)
     seq[:, :P] = prefix
-    end = P + max_new_tokens  # the budget, as a buffer position
+    eos = eos_ids(model, eos_token_id)
+    run = Decode(seq, P, P + max_new_tokens, eos, tally.counts(policy.width))
 
     generator = None
-    if do_sample:
+    if policy.sampling:
         generator = torch.Generator(device=device)
         generator.manual_seed(seed if seed is not None else torch.seed())
-
-    # the two rules for this method
-    if method in ("greedy", "sample", "prompt-lookup"):  # prompt lookup has no draft model
-        stop = _stop_never_draft
-    elif method == "speculative":
-        stop = _stop_fixed_length(k)
-    else:
-        stop = _stop_bild_fallback(fallback, max_small_steps)
-    if do_sample:
-        accept = _accept_sampling(temperature, top_k, top_p, generator)
-    elif method == "bild":
-        accept = _accept_rollback(rollback, rollback_rule)
-    else:
-        accept = _accept_greedy
-    # only BiLD's stop rule reads the draft's confidence (a host sync per token)
-    needs_confidence = method == "bild"
+    stop, accept = draft_stop_rule(policy), acceptance_rule(policy, generator)
 
     # a drafter whose stop rule never lets it draft (greedy, sample, bild with fallback=1) is not
     # even started
-    runs_draft = small is not None and method != "prompt-lookup" and not stop(0, None)
+    runs_draft = small is not None and policy.method != "prompt-lookup" and not stop(0, None)
     if cache == "static":  # preallocated caches: a rollback moves a position (static.py)
         large, drafter = static.views(
             model, small, input_ids, P, max_new_tokens, compile, runs_draft
@@ -283,119 +332,44 @@ def generate(
     else:
         large, drafter = View(model, input_ids), None
         if runs_draft:
-            drafter = (
-                EarlyExitView(small, large)
-                if shares_bottom_layers(small, model)
-                else View(small, input_ids)
-            )
+            shares = shares_bottom_layers(small, model)
+            drafter = EarlyExitView(small, large) if shares else View(small, input_ids)
+    views = (large,) if drafter is None else (large, drafter)
     # prompt lookup drafts from the context, on the host (the committed tokens are there after each
     # verification)
-    lookup = NgramDraft(input_ids[0].tolist(), ngram, k, eos) if method == "prompt-lookup" else None
-    stats = dict(
-        small_tokens=0,
-        large_tokens=0,
-        small_calls=0,
-        large_calls=0,
-        drafted=0,
-        accepted=0,
-        fallbacks=0,
-        rollbacks=0,
-        drafts=0,
-    )
-    # drafts whose i-th token was accepted
-    accepted_at = [0] * draft_width(method, k, max_small_steps)
-    pos = P  # committed length of `seq`
-    first = method == "bild"  # BiLD: the first decoder step is the large model's
+    lookup = None
+    if policy.method == "prompt-lookup":
+        lookup = NgramDraft(input_ids[0].tolist(), policy.ngram, policy.k, eos)
+    first = policy.method == "bild"  # BiLD: the first decoder step is the large model's
     t0 = _clock(device)
-    while pos < end:
-        # ---- draft: the small model writes seq[pos : pos + m]
+    while run.pos < run.end:
         m, q_rows = 0, []
-        if lookup is not None:  # ---- or the draft is copied from the context: seq[pos : pos + m]
-            draft = lookup.draft(end - pos)
-            m = len(draft)
-            if m:
-                seq[0, pos : pos + m] = torch.tensor(draft, dtype=torch.long)
-        while drafter is not None and not first and pos + m < end and not stop(m, None):
-            logits = drafter.logits(seq, pos + m, 1)[-1]
-            if do_sample:
-                q = _probs(logits, temperature, top_k, top_p)
-                token = torch.multinomial(q, 1, generator=generator)[0]
-                q_rows.append(q)
-            else:
-                token = logits.argmax()
-            # BiLD: a low-confidence token is discarded and the large model takes over
-            if needs_confidence:
-                # confidence and token id in one transfer (ids are exact in float32)
-                confidence, token_id = torch.stack(
-                    [logits.softmax(-1)[token], token.float()]
-                ).tolist()
-                if stop(m, confidence):
-                    stats["fallbacks"] += 1
-                    break
-            seq[0, pos + m] = token
-            m += 1
-            if needs_confidence and int(token_id) in eos:
-                break  # a confident EOS ends the draft; the large model still checks it
+        if lookup is not None:
+            m = draft_lookup(run, lookup)
+        elif drafter is not None and not first:
+            m, q_rows = draft(run, drafter, stop, policy, generator)
         first = False
         if drafter is not None:
             drafter.hand_over()  # an early exit leaves the shared cache to the large model
         t1 = _clock(device)
         if drafter is not None:
             drafter.seconds += t1 - t0
-
-        # ---- verify: the large model scores the tail and all m drafted tokens in one pass
-        logits = large.logits(seq, pos + m, m + 1)
-        q = torch.stack(q_rows) if q_rows else logits[:0]
-        kept, token = accept(seq[0, pos : pos + m], logits, q)
-
-        # ---- commit: the kept draft, then the large model's token (unless the budget is used up);
-        # stop at EOS
-        n = len(kept)
-        new = kept if pos + n == end else kept + [token]
-        cut = next((i + 1 for i, t in enumerate(new) if t in eos), None)
-        new = new[:cut]
-        if len(new) > n:
-            seq[0, pos + n] = token
-        n_small = min(n, len(new))
-        stats["drafted"] += m
-        stats["accepted"] += n_small
-        stats["small_tokens"] += n_small
-        stats["large_tokens"] += len(new) - n_small
-        stats["rollbacks"] += int(n < m)
-        if m:
-            stats["drafts"] += 1
-            for i in range(n_small):
-                accepted_at[i] += 1
-        # the verified positions stay cached; the large model's token is fed next time
-        large.crop(pos + n)
-        if drafter is not None:
-            drafter.crop(pos + n)
-        pos += len(new)
-        if lookup is not None:
-            lookup.extend(new)
+        kept, token = verify(run, large, accept, m, q_rows)
+        ended = commit(run, m, kept, token, views, lookup)
         t0 = _clock(device)  # the end of this verification is the start of the next draft
         large.seconds += t0 - t1
-        if cut is not None:
+        if ended:
             break
 
-    tokens = seq[0, P:pos].tolist()
-    stats["accepted_at"] = accepted_at
-    stats["large_calls"] = large.calls
+    stats = tally.stats(run.counts, drafter.calls if drafter else 0)
     stats["large_seconds"] = large.seconds
-    stats["small_calls"] = drafter.calls if drafter else 0
     stats["small_seconds"] = drafter.seconds if drafter else 0.0
     stats["seconds"] = _clock(device) - t_start
-    return Output(tokens, stats)
+    return Output(seq[0, P : run.pos].tolist(), stats)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Configuration and argument checks (all before any model call)
-
-
-def draft_width(method: str, k: int, max_small_steps: int) -> int:
-    """The longest draft a method makes: its `accepted_at` counts (stats) have one entry per draft
-    position."""
-    return {"speculative": k, "prompt-lookup": k, "bild": max_small_steps}.get(method, 0)
 
 
 def eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
@@ -430,76 +404,17 @@ def _vocab_size(model: PreTrainedModel) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-def is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def check_policy(
-    method: str,
-    max_new_tokens: int = 128,
-    k: int = 4,
-    fallback: float = 0.6,
-    rollback: float = 5.0,
-    max_small_steps: int = 10,
-    rollback_rule: str = "first-differing",
-    ngram: int = 2,
-) -> None:
-    """Validate a decoding method and its policy without any model (the harness checks sweeps up
-    front)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+def check_budget(max_new_tokens) -> None:
     if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
-    if not is_int(k) or k < 1:
-        raise ValueError(f"k (the maximum draft length) must be an integer >= 1; got {k!r}")
-    if not is_int(max_small_steps) or max_small_steps < 1:
-        raise ValueError(f"max_small_steps must be an integer >= 1; got {max_small_steps!r}")
-    if (
-        isinstance(fallback, bool)
-        or not isinstance(fallback, (int, float))
-        or not 0.0 <= fallback <= 1.0
-    ):
-        raise ValueError(f"fallback (alpha_FB) must be a number in [0, 1]; got {fallback!r}")
-    if (
-        isinstance(rollback, bool)
-        or not isinstance(rollback, (int, float))
-        or math.isnan(rollback)
-        or rollback < 0
-    ):
-        raise ValueError(
-            f"rollback (alpha_RB) must be a number >= 0 (inf disables rollback); got {rollback!r}"
-        )
-    if rollback_rule not in ROLLBACK_RULES:
-        raise ValueError(
-            f"rollback_rule must be one of {', '.join(map(repr, ROLLBACK_RULES))}; got {rollback_rule!r}"
-        )
-    if not is_int(ngram) or ngram < 1:
-        raise ValueError(
-            f"ngram (prompt lookup's longest n-gram matched) must be an integer >= 1; got {ngram!r}"
-        )
 
 
-def _check(
-    model,
-    input_ids,
-    small,
-    method,
-    max_new_tokens,
-    k,
-    fallback,
-    rollback,
-    max_small_steps,
-    do_sample,
-    temperature,
-    top_k,
-    top_p,
-    seed,
-    rollback_rule="first-differing",
-    ngram=2,
-) -> torch.Tensor:
-    check_policy(
-        method, max_new_tokens, k, fallback, rollback, max_small_steps, rollback_rule, ngram
-    )
+def check_call(model, input_ids, small, policy: Policy, max_new_tokens, seed=None) -> torch.Tensor:
+    """The models, the input, the budget and the seed of a call with `policy` (itself checked when
+    it was made), before any model call; returns the input as a [1, n] LongTensor on the model's
+    device."""
+    method = policy.method
+    check_budget(max_new_tokens)
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -523,31 +438,6 @@ def _check(
             f"input_ids: batch size {input_ids.shape[0]} is not supported by method {method!r}; "
             "bildlab decodes at batch size 1 (the papers' setting): call generate once per input"
         )
-    if not isinstance(do_sample, bool):
-        raise TypeError(f"do_sample must be True or False; got {do_sample!r}")
-    if method == "greedy" and do_sample:
-        raise ValueError(
-            "do_sample=True contradicts method='greedy'; use method='sample' for the large model alone"
-        )
-    if method in ("bild", "prompt-lookup") and do_sample:
-        raise ValueError(
-            f"method={method!r} is greedy: do_sample must be False; "
-            "use method='speculative' for lossless sampling with a draft model"
-        )
-    sampling = do_sample or method == "sample"
-    if sampling:
-        if (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
-            or not temperature > 0
-        ):
-            raise ValueError(f"temperature must be a number > 0 when sampling; got {temperature!r}")
-        if top_k is not None and (not is_int(top_k) or top_k < 1):
-            raise ValueError(f"top_k must be None or an integer >= 1; got {top_k!r}")
-        if top_p is not None and (
-            isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0
-        ):
-            raise ValueError(f"top_p must be None or a number in (0, 1]; got {top_p!r}")
     if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be None or an int; got {seed!r}")
     if method in ("speculative", "bild"):

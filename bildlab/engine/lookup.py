@@ -19,6 +19,8 @@ the context grows, O(ngram) per committed token and per draft."""
 
 from __future__ import annotations
 
+from . import tally
+
 
 class NgramDraft:
     """The context (input, then the committed output) and the first start of each of its n-grams, n
@@ -61,13 +63,11 @@ def counts(
     max_new_tokens: int,
     eos: frozenset,
 ) -> dict:
-    """The engine's verification counts for prompt lookup, replayed from its (greedy) `output`:
-    large_calls, drafted, accepted, rollbacks (verifications that rejected a drafted token), drafts
-    (verifications of a draft) and accepted_at (drafts whose i-th token was accepted). Each
+    """The engine's counts (`tally`) for prompt lookup, replayed from its (greedy) `output`: each
     verification keeps the longest prefix of the draft that equals the output and then adds the
     large model's token, unless the budget is used up."""
     lookup = NgramDraft(input_tokens, ngram, k, eos)
-    pos, calls, drafted, accepted, rejected, drafts, accepted_at = 0, 0, 0, 0, 0, 0, [0] * k
+    c, pos = tally.counts(k), 0
     while pos < len(output):
         draft = lookup.draft(max_new_tokens - pos)
         n = next(
@@ -75,22 +75,7 @@ def counts(
             len(draft),
         )
         new = n + (pos + n < max_new_tokens)
-        calls, drafted, accepted, rejected = (
-            calls + 1,
-            drafted + len(draft),
-            accepted + n,
-            rejected + (n < len(draft)),
-        )
-        drafts += bool(draft)
-        for i in range(n):
-            accepted_at[i] += 1
+        tally.verification(c, len(draft), n, new)
         lookup.extend(output[pos : pos + new])
         pos += new
-    return dict(
-        large_calls=calls,
-        drafted=drafted,
-        accepted=accepted,
-        rollbacks=rejected,
-        drafts=drafts,
-        accepted_at=accepted_at,
-    )
+    return c

@@ -7,6 +7,7 @@ never asserted."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -15,6 +16,8 @@ import transformers
 
 from ..engine import timing
 from ..engine.decoding import generate
+from ..engine.policy import DEFAULTS as DEFAULT_POLICY
+from ..engine.policy import Policy
 from ..measure.intervals import interval, ratio_of_sums
 
 METHODS = ("hf_greedy", "hf_assisted", "greedy", "speculative", "bild")
@@ -90,31 +93,30 @@ def run(
     *,
     max_new_tokens: int,
     eos,
-    k: int = 4,
-    fallback: float = 0.6,
-    rollback: float = 5.0,
-    max_small_steps: int = 10,
+    policy: Policy = DEFAULT_POLICY,
     cache: str = "dynamic",
     compile: bool = False,
 ) -> tuple[list[int], dict]:
-    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted");
-    `cache`, `compile`: bildlab's engine (`decoding.generate`)."""
+    """Decode one input with the method `name` (bildlab's METHODS, or "hf_greedy" / "hf_assisted")
+    and the rest of `policy` (k, fallback, rollback, max_small_steps); `cache`, `compile`: bildlab's
+    engine (`decoding.generate`)."""
     if name in ("hf_greedy", "hf_assisted"):
         assistant = small if name == "hf_assisted" else None
         return hf_generate(
-            large, input_ids, max_new_tokens=max_new_tokens, eos=eos, assistant=assistant, k=k
+            large,
+            input_ids,
+            max_new_tokens=max_new_tokens,
+            eos=eos,
+            assistant=assistant,
+            k=policy.k,
         ), {}
     out = generate(
         large,
         input_ids,
         small=small,
-        method=name,
+        policy=dataclasses.replace(policy, method=name),
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
-        k=k,
-        fallback=fallback,
-        rollback=rollback,
-        max_small_steps=max_small_steps,
         cache=cache,
         compile=compile,
     )
@@ -180,11 +182,11 @@ def compare(
     threads: int | None = 1,
     repeats: int = 1,
     progress: bool = False,
-    **policy,
+    policy: Policy = DEFAULT_POLICY,
 ) -> Result:
     """Time every method on every input under the one protocol (`timing.interleave`: `warmup`
     untimed decodes of the first inputs, fixed threads, the method order rotating per input, the
-    median of `repeats`). `policy` is passed on (k, fallback, rollback, max_small_steps)."""
+    median of `repeats`). `policy`: k, fallback, rollback and max_small_steps of every method."""
     if (
         "hf_assisted" in methods
         and large.config.is_encoder_decoder
@@ -206,7 +208,7 @@ def compare(
         name: (
             lambda name: (
                 lambda x, i: run(
-                    name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, **policy
+                    name, large, small, x, max_new_tokens=max_new_tokens, eos=eos, policy=policy
                 )
             )
         )(name)

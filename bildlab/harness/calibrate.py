@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..engine import timing
+from ..engine.policy import Policy
 from ..measure.intervals import interval, mean
 from ..world.models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
 from . import shard
@@ -403,11 +404,11 @@ def calibrate(
 # drafting method's per draft step, prompt lookup's (no draft model) and the vanilla model's
 # sampling ("sample", the baseline of the sampling policies) per large-model call
 OVERHEAD_POLICIES = {
-    "speculative": dict(method="speculative", k=4),
-    "speculative sampling": dict(method="speculative", k=4, do_sample=True),
-    "bild": dict(method="bild", fallback=0.5, rollback=3.0),
-    "prompt-lookup": dict(method="prompt-lookup", k=4, ngram=2),
-    "sample": dict(method="sample"),
+    "speculative": Policy("speculative", k=4),
+    "speculative sampling": Policy("speculative", k=4, do_sample=True),
+    "bild": Policy("bild", fallback=0.5, rollback=3.0),
+    "prompt-lookup": Policy("prompt-lookup", k=4, ngram=2),
+    "sample": Policy("sample"),
 }
 
 
@@ -428,8 +429,7 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
     large, small = models
     runners = {"greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))}
     for name, policy in OVERHEAD_POLICIES.items():
-        drafts = policy["method"] in ("speculative", "bild")
-        sampled = policy.get("do_sample") or policy["method"] == "sample"
+        drafts = policy.method in ("speculative", "bild")
         runners[name] = (
             lambda p, q, seeded: (
                 lambda x, i: _out(
@@ -439,11 +439,11 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
                         small=q,
                         max_new_tokens=max_new_tokens,
                         seed=i if seeded else None,
-                        **p,
+                        policy=p,
                     )
                 )
             )
-        )(policy, small if drafts else None, sampled)
+        )(policy, small if drafts else None, policy.sampling)
     rows = timing.interleave(xs, runners, warmup=min(warmup, len(xs)), threads=threads)
     cal = {"costs": {**costs, "overhead": None}}
     dec_only = not large.config.is_encoder_decoder
@@ -469,7 +469,7 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
     per_call = float(np.median([e / max(c, 1) for e, c, _ in extra("greedy small", "small")]))
     out = {"large_call": per_call, "call": {}, "draft_step": {}, "n": len(xs)}
     for name, policy in OVERHEAD_POLICIES.items():
-        method = "greedy" if name == "sample" else policy["method"]
+        method = "greedy" if name == "sample" else policy.method
         got = extra(name, method)
         if method in ("speculative", "bild"):
             out["draft_step"][name] = float(

@@ -32,14 +32,14 @@ import torch
 
 from ..engine import memory as mem
 from ..engine import timing
-from ..engine.decoding import check_policy
+from ..engine.decoding import check_budget
 from ..world import tasks
 from ..world.models import PAIRS, TOY_PAIRS, task_of, zoo_dir
 from ..world.models import provenance as models_provenance
 from . import calibrate, distributed, records, shard
 from .benchmark import transformers_version
 from .registry import DEFAULT_REGISTRY, Registry, differences, digest, versions
-from .shard import DEFAULTS
+from .shard import DEFAULTS, POLICY_ARGS
 
 DRAFTS = ("small", "aligned", "early-exit")
 # "small": the draft model alone (greedy), an anchor; "hf_assisted" / "hf_prompt_lookup":
@@ -53,18 +53,6 @@ METHODS = (
     "hf_assisted",
     "prompt-lookup",
     "hf_prompt_lookup",
-)
-POLICY_ARGS = (
-    "method",
-    "draft",
-    "k",
-    "fallback",
-    "rollback",
-    "max_small_steps",
-    "rollback_rule",
-    "do_sample",
-    "temperature",
-    "ngram",
 )
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
 
@@ -80,27 +68,20 @@ def policy_of(
     rollback_rule: str = "first-differing",
     ngram: int = 2,
 ) -> dict:
-    """The parameters that matter for `method` (the rest do not enter the registry key; BiLD's
-    rollback rule only when it is not the default, so that default records keep their keys)."""
-    if method in ("hf_assisted", "prompt-lookup", "hf_prompt_lookup"):
-        return {"k": k} if method == "hf_assisted" else {"k": k, "ngram": ngram}
-    if method == "speculative":
-        return (
-            {"k": k, "do_sample": True, "temperature": float(temperature)}
-            if do_sample
-            else {"k": k}
-        )
-    if method == "bild":
-        rule = (
-            {} if rollback_rule == DEFAULTS["rollback_rule"] else {"rollback_rule": rollback_rule}
-        )
-        return {
-            "fallback": float(fallback),
-            "rollback": float(rollback),
-            "max_small_steps": max_small_steps,
-            **rule,
-        }
-    return {}
+    """The parameters that matter for `method`, as the registry key holds them (`Policy.key` of the
+    engine's method it runs)."""
+    entry = dict(
+        method=method,
+        k=k,
+        fallback=fallback,
+        rollback=rollback,
+        max_small_steps=max_small_steps,
+        do_sample=do_sample,
+        temperature=temperature,
+        rollback_rule=rollback_rule,
+        ngram=ngram,
+    )
+    return shard.policy(entry).key()
 
 
 def check_entry(pair: str, entry: dict) -> None:
@@ -145,20 +126,7 @@ def check_entry(pair: str, entry: dict) -> None:
     t = e["temperature"]
     if e["do_sample"] and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
         raise ValueError(f"temperature must be a number > 0; got {t!r}")
-    base = {
-        "small": "greedy",
-        "hf_assisted": "speculative",
-        "hf_prompt_lookup": "prompt-lookup",
-    }.get(method, method)
-    check_policy(
-        base,
-        k=e["k"],
-        fallback=e["fallback"],
-        rollback=e["rollback"],
-        max_small_steps=e["max_small_steps"],
-        rollback_rule=e["rollback_rule"],
-        ngram=e["ngram"],
-    )
+    shard.policy(e)  # the engine's checks of the policy
 
 
 def encoder_decoder(pair: str) -> bool:
@@ -193,7 +161,7 @@ def check_run(
         raise ValueError(
             f"limit must be None, an integer >= 1 or a dict of them per pair; got {limit!r}"
         )
-    check_policy("greedy", max_new_tokens=max_new_tokens)
+    check_budget(max_new_tokens)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int; got {seed!r}")
     if not isinstance(hf_baseline, bool):
@@ -241,17 +209,7 @@ def run_key(
     """The registry key of one policy of a sweep: what defines its record (library versions are not
     part of it; `compile` only when True, so that eager records keep their keys)."""
     e = {**DEFAULTS, **entry}
-    policy = policy_of(
-        e["method"],
-        e["k"],
-        e["fallback"],
-        e["rollback"],
-        e["max_small_steps"],
-        e["do_sample"],
-        e["temperature"],
-        e["rollback_rule"],
-        e["ngram"],
-    )
+    policy = shard.policy(e).key()
     draft = (
         e["draft"] if e["method"] not in ("greedy", "prompt-lookup", "hf_prompt_lookup") else None
     )

@@ -14,24 +14,36 @@ import torch
 
 from ..engine import static, timing
 from ..engine.decoding import generate
+from ..engine.policy import Policy
 from ..world import tasks
 from ..world.models import load_pair
 from .benchmark import hf_generate
 
 # a sweep entry's policy arguments where the grid leaves them out (the registry key keeps those that
 # matter)
-DEFAULTS = dict(
-    method="bild",
-    draft="small",
-    k=4,
-    fallback=0.6,
-    rollback=5.0,
-    max_small_steps=10,
-    rollback_rule="first-differing",
-    do_sample=False,
-    temperature=1.0,
-    ngram=2,
+POLICY_ARGS = (
+    "method",
+    "draft",
+    "k",
+    "fallback",
+    "rollback",
+    "max_small_steps",
+    "rollback_rule",
+    "do_sample",
+    "temperature",
+    "ngram",
 )
+DEFAULTS = {
+    "method": "bild",
+    "draft": "small",
+    **{n: getattr(Policy(), n) for n in POLICY_ARGS[2:]},
+}
+# the harness's anchors run the engine's method they stand beside
+ENGINE_METHOD = {
+    "small": "greedy",
+    "hf_assisted": "speculative",
+    "hf_prompt_lookup": "prompt-lookup",
+}
 # what a shard's or a chunk's work is a function of, besides its examples: a plain dict, sent to Ray
 # tasks as it is
 SPEC = (
@@ -214,17 +226,14 @@ def models_and_inputs(spec: dict, indices: list[int]) -> tuple[dict, list]:
     return pairs, [p.encode(examples[i]["source"]) for i in indices]
 
 
-def _policy_kwargs(e: dict) -> dict:
-    """The keywords of a draft-and-verify policy (bild, speculative) for `generate` and
-    `generate_batch`."""
-    return dict(
-        method=e["method"],
-        k=e["k"],
-        fallback=e["fallback"],
-        rollback=e["rollback"],
-        max_small_steps=e["max_small_steps"],
-        rollback_rule=e["rollback_rule"],
-    )
+def policy(e: dict) -> Policy:
+    """The engine's policy of a sweep entry (`DEFAULTS` filled in); a ValueError names a bad
+    parameter."""
+    e = {**DEFAULTS, **e}
+    method = ENGINE_METHOD.get(e["method"], e["method"])
+    sampling = method == "speculative" and e["do_sample"]
+    fields = {n: e[n] for n in POLICY_ARGS[2:] if n != "do_sample"}
+    return Policy(method, **fields, do_sample=sampling)
 
 
 def policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
@@ -254,14 +263,7 @@ def policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
         )
     if e["method"] == "prompt-lookup":
         return lambda x, i: _result(
-            generate(
-                p.large,
-                x,
-                method="prompt-lookup",
-                max_new_tokens=max_new_tokens,
-                k=e["k"],
-                ngram=e["ngram"],
-            )
+            generate(p.large, x, policy=policy(e), max_new_tokens=max_new_tokens)
         )
     if e["method"] == "small":  # the draft model alone: an anchor of the study
         return lambda x, i: _result(
@@ -276,11 +278,9 @@ def policy_runner(p, e: dict, seed: int, max_new_tokens: int, **kw):
             p.large,
             x,
             small=p.small,
+            policy=policy(e),
             max_new_tokens=max_new_tokens,
-            do_sample=e["do_sample"],
-            temperature=e["temperature"],
             seed=seed + i if e["do_sample"] else None,
-            **_policy_kwargs(e),
             **kw,
         )
     )
@@ -354,19 +354,7 @@ def compute_outputs(
                     memory=memory,
                     report=report,
                 )
-            elif e["method"] == "prompt-lookup":
-                outs = generate_batch(
-                    q.large,
-                    xs,
-                    method="prompt-lookup",
-                    max_new_tokens=mnt,
-                    batch_size=batch_size,
-                    memory=memory,
-                    report=report,
-                    k=e["k"],
-                    ngram=e["ngram"],
-                )
-            else:
+            else:  # bild, speculative, prompt lookup
                 outs = generate_batch(
                     q.large,
                     xs,
@@ -375,7 +363,7 @@ def compute_outputs(
                     batch_size=batch_size,
                     memory=memory,
                     report=report,
-                    **_policy_kwargs(e),
+                    policy=policy(e),
                 )
             out[name] = ([o.tokens for o in outs], layout(report), [counts(o.stats) for o in outs])
     return out
@@ -439,7 +427,8 @@ def output_key(spec: dict, e: dict, indices: list[int] | None, batch_size: int) 
     elif e["method"] == "prompt-lookup":
         model = ("large", "prompt-lookup", e["k"], e["ngram"])
     else:
-        model = (e["draft"],) + tuple(sorted(_policy_kwargs(e).items()))
+        rules = ("method", "k", "fallback", "rollback", "max_small_steps", "rollback_rule")
+        model = (e["draft"],) + tuple(sorted((n, e[n]) for n in rules))
     return (
         spec["pair"],
         spec["task"],

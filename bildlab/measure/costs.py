@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.tally import draft_runs
 from .intervals import interval, ratio_of_sums
 
 # methods whose engine counts its calls
@@ -190,8 +191,7 @@ def decode_seconds(
         own = draft != "early-exit"
         # one-token steps (a decoder-only draft's first: prefill)
         drafting = max(steps - (decoder_only and own), 0)
-        # drafts made: one before each large call but the first
-        rounds = min(drafting, max(calls - 1, 1))
+        rounds = draft_runs(drafting, calls)
         t += (
             (encoder(cal, "small", source) if own else 0.0)
             + steps * per_step.get(name, 0.0)

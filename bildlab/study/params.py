@@ -25,7 +25,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
     """Validate notebook parameters (a papermill -p value or a YAML file): unknown names, unknown
     pairs / splits / devices and out-of-range thresholds fail with a message naming the parameter.
     """
-    from ..engine.decoding import check_policy
+    from ..engine.policy import Policy
     from ..world.models import PAIRS
     from ..world.tasks import SPLITS
 
@@ -53,13 +53,13 @@ def check_params(params: dict, allowed: set | None = None) -> None:
         elif name in ("fallback", "fallbacks", "bild_fallback"):
             for f in as_list(name):
                 try:
-                    check_policy("bild", fallback=f)
+                    Policy("bild", fallback=f)
                 except (ValueError, TypeError) as e:
                     raise ParameterError(f"{name}: {e}") from None
         elif name in ("rollback", "rollbacks", "bild_rollback"):
             for r in as_list(name):
                 try:
-                    check_policy("bild", rollback=float(r) if isinstance(r, str) else r)
+                    Policy("bild", rollback=float(r) if isinstance(r, str) else r)
                 except (ValueError, TypeError) as e:
                     raise ParameterError(f"{name}: {e}") from None
         elif name in ("lookup_ngrams", "lookup_passes") and params[name] is not None:
@@ -85,7 +85,7 @@ def check_params(params: dict, allowed: set | None = None) -> None:
                     )
         elif name == "rollback_rule":
             try:
-                check_policy("bild", rollback_rule=params[name])
+                Policy("bild", rollback_rule=params[name])
             except (ValueError, TypeError) as e:
                 raise ParameterError(f"rollback_rule: {e}") from None
         elif name in ("executor", "shard_size", "chunk_size"):
