@@ -297,7 +297,8 @@ def test_a_ray_sweep_in_a_notebook_kernel_stops_the_runtime_it_started(fake_zoo,
     import subprocess
 
     code = (
-        f"import ray; from bildlab.harness import evaluate as ev; ev.sweep('toy-mt', [{{'method': 'speculative', 'k': 2}}], "
+        "import ray; from bildlab.harness import evaluate as ev; "
+        f"ev.sweep('toy-mt', [{{'method': 'speculative', 'k': 2}}], "
         f"registry={str(tmp_path / 'reg')!r}, executor='ray', limit=2, max_new_tokens=4, warmup=0, "
         f"progress=False); assert not ray.is_initialized()"
     )
