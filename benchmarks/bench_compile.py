@@ -214,11 +214,18 @@ README_ROWS = (
     ("speculative compiled", "greedy compiled", "speculative / greedy, both compiled"),
     ("speculative compiled", "hf_assisted", "speculative compiled / HF assisted"),
 )
+# the rows --full adds (docs/benchmark.md's table): the eager speedups and a static cache uncompiled
+FULL_ROWS = (
+    ("greedy static", "greedy", "greedy on a static cache, eager / greedy"),
+    ("bild", "greedy", "BiLD / greedy, eager"),
+    ("speculative", "greedy", "speculative / greedy, eager"),
+)
 
 
-def table(paths) -> str:
+def table(paths, full: bool = False) -> str:
     """The README's table of runs written by `--out` (one column per pair and machine): `--table
-    FILE ...`."""
+    FILE ...`; with `full` (`--full`) docs/benchmark.md's, which adds the eager speedups and greedy's
+    tokens per second."""
     cols, head = [], []
     for path in paths:
         run = json.loads(Path(path).read_text())
@@ -231,7 +238,7 @@ def table(paths) -> str:
             cols.append(pair)
             head.append(f"{pair['pair']}, {where}")
     lines = ["| 95% interval | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
-    for row, base, label in README_ROWS:
+    for row, base, label in README_ROWS + FULL_ROWS * full:
         cells = []
         for pair in cols:
             x = next(s for s in pair["speedups"] if s["row"] == row and s["baseline"] == base)
@@ -244,6 +251,16 @@ def table(paths) -> str:
         )
         + " |"
     )
+    if full:
+        lines.append(
+            "| greedy tokens/s, eager → compiled | "
+            + " | ".join(
+                f"{p['rows']['greedy']['tokens_per_second']:.0f} → "
+                f"{p['rows']['greedy compiled']['tokens_per_second']:.0f}"
+                for p in cols
+            )
+            + " |"
+        )
     lines.append(
         "| N; compilation (untimed) | "
         + " | ".join(f"{p['n']}; {p['compile_seconds']:.0f} s" for p in cols)
@@ -313,9 +330,14 @@ def main(argv=None):
         help="print the README's table of these --out files (none: "
         "the committed runs, benchmarks/compile/*.json); runs nothing",
     )
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="with --table: docs/benchmark.md's table (adds the eager speedups and tokens/s)",
+    )
     args = ap.parse_args(argv)
     if args.table is not None:
-        print(table(args.table or sorted(RUNS.glob("*.json"))), end="")
+        print(table(args.table or sorted(RUNS.glob("*.json")), args.full), end="")
         return 0
     pairs = args.pair or ["toy-mt", "toy-mt-llama"]
     known = ("toy-mt", "toy-sum", "toy-mt-llama", "paper-t5", "paper-mt5")

@@ -440,7 +440,8 @@ def test_a_failed_notebook_is_one_line_naming_the_cell_and_the_exception(tmp_pat
 
 def test_the_readmes_compiled_table_is_made_from_the_committed_runs(monkeypatch, capsys):
     """The README's eager-vs-compiled table is `bench_compile.py --table` over
-    benchmarks/compile/*.json, and each run it reads gave every lossless row greedy's outputs."""
+    benchmarks/compile/*.json, docs/benchmark.md's `--table --full`, and each run they read gave
+    every lossless row greedy's outputs."""
     monkeypatch.syspath_prepend(str(COMPILE.parent))
     monkeypatch.setattr(sys, "argv", [str(COMPILE), "--table"])
     with pytest.raises(SystemExit) as done:
@@ -453,6 +454,13 @@ def test_the_readmes_compiled_table_is_made_from_the_committed_runs(monkeypatch,
     )
     runs = sorted((COMPILE.parent / "compile").glob("*.json"))
     assert len(runs) >= 2 and table.count("|\n") == 2 + 7
+    # docs/benchmark.md's fuller table: `--table --full`, the README's rows first
+    full = runpy.run_path(str(COMPILE))["table"](runs, full=True)
+    assert full.startswith(table.rsplit("| cost ratio", 1)[0]) and full.count("|\n") == 2 + 11
+    assert (
+        f"<!-- compiled-full:start -->\n{full}<!-- compiled-full:end -->"
+        in (BENCH.parents[1] / "docs" / "benchmark.md").read_text()
+    )
     for run in runs:
         for pair in json.loads(run.read_text())["pairs"]:
             assert pair["not_identical"] == [], (run.name, pair["pair"])

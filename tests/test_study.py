@@ -819,19 +819,19 @@ def test_the_readme_count_of_explained_speedups_is_regenerated_from_the_committe
     tmp_path,
 ):
     """RQ2's count of records within ±5% of their prediction, made again from results/toy, is the
-    README's line."""
+    README's table."""
     study.explained(runner.ROOT / "results" / "toy", [], figures=tmp_path)
     assert (tmp_path / "rq2_costs.json").read_text() == (
         runner.ROOT / "figures" / "rq2_costs.json"
     ).read_text()
-    line = runner.explained_line(tmp_path / "rq2_costs.json")
+    table = runner.explained_table(tmp_path / "rq2_costs.json")
     assert (
-        f"{runner.EXPLAINED_START}\n{line}\n{runner.EXPLAINED_END}"
+        f"{runner.EXPLAINED_START}\n{table}\n{runner.EXPLAINED_END}"
         in (runner.ROOT / "README.md").read_text()
     )
 
 
-def test_the_explained_line_says_what_its_count_holds(tmp_path):
+def test_the_explained_table_says_what_its_count_holds(tmp_path):
     data = {
         "records": 10,
         "within": 9,
@@ -841,10 +841,12 @@ def test_the_explained_line_says_what_its_count_holds(tmp_path):
         "ratio": {"median": 1.004, "min": 0.93, "max": 1.03},
     }
     (tmp_path / "rq2_costs.json").write_text(json.dumps(data))
-    assert runner.explained_line(tmp_path / "rq2_costs.json") == (
-        "Committed records priced by a calibration: **9 of 10 within ±5%** (90%); by method: bild 6 of 6, small 3 of "
-        "4; measured / predicted median 1.004 [0.930, 1.030] (per pair and where timed: toy-mt (timed in the "
-        "calibration's run) 9 of 10)."
+    assert runner.explained_table(tmp_path / "rq2_costs.json") == (
+        "| method | records | within ±5% of prediction | measured / predicted |\n"
+        "|---|---|---|---|\n"
+        "| bild | 6 | 6 (100%) | |\n"
+        "| small | 4 | 3 (75%) | |\n"
+        "| all | 10 | 9 (90%) | median 1.004 [0.930, 1.030] |"
     )
 
 
