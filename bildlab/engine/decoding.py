@@ -1,13 +1,17 @@
 """Decoding over unmodified Hugging Face models: greedy / sampling, speculative decoding and the Big
 Little Decoder.
 
-All methods are ONE loop (`generate`). Each iteration has two phases:
+All methods are ONE loop (`generate`). Each iteration has three phases, each a function:
 
-    draft   the small model proposes tokens one at a time until a *draft-stop rule* says stop;
-    verify  the large model scores the committed tail plus every drafted token in one forward pass, and an
-            *acceptance rule* keeps a prefix of the draft and appends one token of the large model's own.
+    draft   the small model proposes tokens one at a time until a *draft-stop rule* says stop
+            (`draft`; prompt lookup copies them from the context, `draft_lookup`);
+    verify  the large model scores the committed tail plus every drafted token in one forward pass,
+            and an *acceptance rule* keeps a prefix of the draft and gives the large model's token;
+    commit  the kept draft and that token join the output (up to an EOS or the budget), the caches
+            are cropped to the verified positions, and the verification is counted (`tally`).
 
-The methods differ only in those two small rules:
+The methods differ only in two small rules (`draft_stop_rule`, `acceptance_rule`; the policy is
+one value, `Policy`):
 
     method        draft stops when                                   acceptance rule
     greedy/sample never drafts (the large model alone)               -
