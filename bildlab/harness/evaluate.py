@@ -57,31 +57,11 @@ METHODS = (
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
 
 
-def policy_of(
-    method: str,
-    k: int,
-    fallback: float,
-    rollback: float,
-    max_small_steps: int,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    rollback_rule: str = "first-differing",
-    ngram: int = 2,
-) -> dict:
-    """The parameters that matter for `method`, as the registry key holds them (`Policy.key` of the
-    engine's method it runs)."""
-    entry = dict(
-        method=method,
-        k=k,
-        fallback=fallback,
-        rollback=rollback,
-        max_small_steps=max_small_steps,
-        do_sample=do_sample,
-        temperature=temperature,
-        rollback_rule=rollback_rule,
-        ngram=ngram,
-    )
-    return shard.policy(entry).key()
+def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, **rest):
+    """The parameters that matter for `method`, as the registry key holds them: the `Policy.key` of
+    the engine's method it runs (`rest`: do_sample, temperature, rollback_rule, ngram)."""
+    entry = dict(method=method, k=k, fallback=fallback, rollback=rollback, **rest)
+    return shard.policy({**entry, "max_small_steps": max_small_steps}).key()
 
 
 def check_entry(pair: str, entry: dict) -> None:
@@ -271,34 +251,13 @@ def _data_provenance(task: str, split: str) -> dict:
 
 
 def evaluate(
-    pair: str,
-    task: str | None = None,
-    method: str = "bild",
-    *,
-    draft: str = "small",
-    k: int = 4,
-    fallback: float = 0.6,
-    rollback: float = 5.0,
-    max_small_steps: int = 10,
-    rollback_rule: str = "first-differing",
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    check_only: bool = False,
-    **run,
+    pair: str, task: str | None = None, method: str = "bild", *, check_only: bool = False, **kwargs
 ) -> dict | None:
-    """One policy: a sweep of one (see `sweep` for the run arguments). check_only=True validates and
-    returns None."""
-    entry = dict(
-        method=method,
-        draft=draft,
-        k=k,
-        fallback=fallback,
-        rollback=rollback,
-        max_small_steps=max_small_steps,
-        rollback_rule=rollback_rule,
-        do_sample=do_sample,
-        temperature=temperature,
-    )
+    """One policy: a sweep of one. `kwargs` are the policy's parameters (`shard.POLICY_ARGS`, their
+    defaults `shard.DEFAULTS`) and `sweep`'s run arguments. check_only=True validates and returns
+    None."""
+    entry = {"method": method, **{n: kwargs.pop(n) for n in POLICY_ARGS[1:] if n in kwargs}}
+    run = kwargs
     records = sweep(pair, [entry], task=task, check_only=check_only, **run)
     return None if check_only else records[0]
 
