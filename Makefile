@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make study   set up (torch, the package, a Jupyter kernel) and run the study on the toy default
 #   make test    set up and run the tests, offline
-# Both install from requirements.lock (every package the study and the tests import, pinned); `make lock` refreshes it.
+# Both install from requirements.lock (every package the study and the tests import, pinned); `make lock` refreshes it
+# (docs/environment.md).
 PYTHON ?= python
 LOCK ?= requirements.lock
 TORCH ?= torch
@@ -36,7 +37,7 @@ bench-paper: setup
 # Refresh the lock: the newest releases that pyproject.toml allows, installed into a throwaway venv and frozen (torch
 # stays at the lock's version unless TORCH names another, e.g. `make lock TORCH=torch==2.14.0`). The registry keys
 # hold no library versions, so the committed study still replays after a refresh; `bildlab study --recompute`
-# recomputes the records made under the old versions (README: "A locked environment").
+# recomputes the records made under the old versions (docs/environment.md: "Replaying under other versions").
 LOCKED_TORCH = $(shell sed -n 's/^torch==//p' requirements.lock)
 lock:
 	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
