@@ -224,7 +224,7 @@ CALIBRATE_PARAMS = (
 def _calibrate(args) -> int:
     import yaml
 
-    from .harness.calibrate import calibrate
+    from .harness.calibrate import calibrate, store
     from .study import runner
     from .study.params import ParameterError
     from .world.models import PAPER_PAIRS, TOY_PAIRS
@@ -247,7 +247,6 @@ def _calibrate(args) -> int:
     # random-weight paper pairs of one geometry (XSum and CNN/DM; IWSLT and WMT): measured once
     measured: dict = {}
     for pair in pairs:
-        from .harness.registry import Registry
         from .world.models import PAPER_GEOMETRY
 
         same = measured.get(PAPER_GEOMETRY.get(pair))
@@ -258,7 +257,7 @@ def _calibrate(args) -> int:
                     "key": {**same["key"], "pair": pair},
                     "measured_as": same["key"]["pair"],
                 }
-                Registry(args.registry).put_calibration(cal)
+                store(cal, args.registry)
             else:
                 cal = calibrate(pair, registry=args.registry, progress=not args.quiet, **kwargs)
         except (ValueError, TypeError) as e:
@@ -300,6 +299,13 @@ def describe(cal: dict) -> str:
     lines.append(
         f"  vanilla decode: {ms(v['seconds'], v['ci'])} for {v['tokens']:.1f} tokens (N = {v['n']})"
     )
+    u = cal.get("uncertainty")
+    if u:  # calibrations made before they stated it have none
+        lines.append(
+            f"  uncertainty: a vanilla decode of {u['tokens']:.1f} tokens priced from each input's "
+            f"components: {ms(u['vanilla_seconds'], u['ci'])}, +-{100 * u['relative']:.1f}% (predicted "
+            "speedups' intervals widen by it)"
+        )
     g = c["batch_gain"]
     lines.append(
         "  batch gain: "
@@ -441,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     cal = sub.add_parser(
         "calibrate",
         help="measure what each decoding call costs on this machine (a calibration "
-        "record in the registry: the plan and the records' predictions use it)",
+        "record in the registry and in this machine's store under the cache folder: the plan and "
+        "the records' predictions of any registry use it, the registry's own first)",
     )
     cal.add_argument(
         "--pair", action="append", help="a pair (repeatable; default every pair of the profile)"

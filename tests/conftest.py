@@ -133,6 +133,16 @@ def models():
     return zoo
 
 
+@pytest.fixture(autouse=True)
+def _machine_store(tmp_path_factory, monkeypatch):
+    """Every test gets its own empty store of this machine's calibrations (`calibrate.machine_store`,
+    read by every registry's sweeps): no test writes into the user's cache folder or sees another
+    test's calibrations (an environment variable: subprocesses and notebook kernels inherit it)."""
+    from bildlab.harness import calibrate
+
+    monkeypatch.setenv(calibrate.STORE_ENV, str(tmp_path_factory.mktemp("calibrations")))
+
+
 def probed(*models):
     """Run bildlab's capability probe (a few forwards, once per model) now, before a test counts
     model calls."""

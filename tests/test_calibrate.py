@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+import torch
 
 from bildlab.cli import main
 from bildlab.harness import calibrate, shard
@@ -141,3 +142,142 @@ def test_the_plan_prices_from_a_calibration_of_this_device(tmp_path):
         else:
             assert a["prices"] == b["prices"] and a["prices"]["source"] is None
     assert plan.format_plan(after, "toy").splitlines()[0] == plan.costs_line(after)
+
+
+# a cheap calibration of the fake zoo's toy-mt (tests/conftest.py `fake_zoo`), and a cheap sweep
+SMALL = dict(
+    n=3, batch_n=2, batch_sizes=[2], ms=(1, 2, 3), prefixes=(0, 8), max_new_tokens=8, warmup=0
+)
+FAST = dict(split="test", limit=4, max_new_tokens=8, warmup=0, progress=False)
+
+
+def test_a_sweep_into_a_new_registry_is_priced_by_this_machines_calibration(
+    fake_zoo, tmp_path, monkeypatch
+):
+    """`bildlab calibrate` writes to its registry and to this machine's store; a sweep into another,
+    new registry finds it there (its records carry predicted speedups), while a registry's own
+    calibration comes first."""
+    from bildlab.harness import evaluate as ev
+
+    store = tmp_path / "store"
+    monkeypatch.setenv(calibrate.STORE_ENV, str(store))
+    argv = ["calibrate", "--pair", "toy-mt", "--registry", str(tmp_path / "default"), "--quiet"]
+    for name, value in SMALL.items():
+        argv += ["-p", name, json.dumps(list(value) if isinstance(value, tuple) else value)]
+    assert main(argv) == 0
+    (cal,) = Registry(tmp_path / "default").calibrations()
+    assert calibrate.machine_store().calibrations() == [cal]
+    assert calibrate.for_machine(tmp_path / "new", "toy-mt") == cal
+    # only the registry's own when asked
+    assert calibrate.for_machine(tmp_path / "new", "toy-mt", from_store=False) is None
+    grid = [{"fallback": 0.3, "rollback": 2.0}, {"method": "speculative", "k": 3}]
+    made = ev.sweep("toy-mt", grid, registry=tmp_path / "new", **FAST)
+    for record in made:
+        assert record["summary"]["predicted_speedup"] > 0
+        assert record["calibration"]["made"] == cal["made"]
+        assert record["calibration"]["timed_here"] is True
+    # the registry's own first, even older than the store's
+    own = copy.deepcopy(cal)
+    own["made"] = "2000-01-01T00:00:00Z"
+    Registry(tmp_path / "new").put_calibration(own)
+    assert calibrate.for_machine(tmp_path / "new", "toy-mt")["made"] == own["made"]
+    # without $BILDLAB_CALIBRATIONS: calibrations/ under bildlab's cache folder
+    monkeypatch.delenv(calibrate.STORE_ENV)
+    monkeypatch.setenv("BILDLAB_CACHE", str(tmp_path / "cache"))
+    assert calibrate.machine_store().root == tmp_path / "cache" / "calibrations"
+
+
+def test_a_calibration_interleaves_every_component_and_states_its_uncertainty(
+    fake_zoo, tmp_path, monkeypatch
+):
+    """Every component a prediction reads (the overhead's whole decodes too) is timed in one
+    interleave whose order rotates from input to input; the calibration states how sure it is, and
+    `bildlab calibrate` prints it."""
+    from bildlab.cli import describe
+    from bildlab.engine import timing
+
+    calls, real = [], timing.interleave
+
+    def spy(inputs, runners, **kw):
+        order = []
+        calls.append((list(runners), order))
+
+        def logged(name, fn):
+            def run(x, i):
+                order.append((i, name))
+                return fn(x, i)
+
+            return run
+
+        return real(inputs, {k: logged(k, f) for k, f in runners.items()}, **kw)
+
+    monkeypatch.setattr(calibrate.timing, "interleave", spy)
+    cal = calibrate.calibrate("toy-mt", **SMALL)
+    # the calibration's one interleave, then the batch gain's
+    assert len(calls) == 2 and calls[1][0] == ["decode"]
+    names, order = calls[0]
+    assert {"encoder large", "decode", "greedy large 0", "draft small 8", "whole greedy small"} <= (
+        set(names)
+    )
+    assert {f"whole {p}" for p in calibrate.OVERHEAD_POLICIES} <= set(names)
+    per_input = [[name for j, name in order if j == i] for i in range(SMALL["n"])]
+    for i, ran in enumerate(per_input):  # every component once, in the names' order rotated by i
+        shift = i % len(names)
+        assert ran == names[shift:] + names[:shift]
+    assert len({ran[0] for ran in per_input}) == SMALL["n"]  # no component always first
+    u = cal["uncertainty"]
+    assert u["ci"][0] <= u["vanilla_seconds"] <= u["ci"][1] and u["n"] == SMALL["n"]
+    assert u["relative"] == round((u["ci"][1] - u["ci"][0]) / 2 / u["vanilla_seconds"], 4)
+    assert 0 < u["relative"] < 1
+    line = next(x for x in describe(cal).splitlines() if "uncertainty" in x)
+    assert f"+-{100 * u['relative']:.1f}%" in line
+
+
+LENGTHS = (4, 6, 8, 6)
+
+
+def _rows(scales, prefixes=(0, 8), steps=calibrate.GREEDY_STEPS):
+    """Calibration rows whose every input's greedy step of the large model costs 1 ms times its
+    scale (the first step of a run 2 ms), its encoder 1 ms per source token."""
+    return [
+        {
+            "encoder large": {"stats": {"seconds": 0.001 * n, "length": n}},
+            **{
+                f"greedy large {p}": {
+                    "stats": {"steps": [s * (0.002 if j == 0 else 0.001) for j in range(steps)]}
+                }
+                for p in prefixes
+            },
+        }
+        for s, n in zip(scales, LENGTHS)
+    ]
+
+
+def test_the_uncertainty_is_the_spread_of_each_inputs_price():
+    """A vanilla decode priced from each input's components: the calibration's own price when every
+    input reads the same, and a wider interval the more the inputs disagree."""
+    from bildlab.measure import costs as pricing
+
+    xs = [torch.zeros(1, n, dtype=torch.long) for n in LENGTHS]
+
+    def stated(scales):
+        rows = _rows(scales)
+        costs = {
+            "encoder": {
+                "large": {"lengths": list(LENGTHS), "seconds": [0.001 * n for n in LENGTHS]}
+            },
+            "greedy_step": {
+                "large": calibrate._steps(rows, "greedy large", (0, 8), 4, list(range(8)))
+            },
+            "vanilla_decode": {"tokens": 20.0},
+            "overhead": {"large_call": 1e-4},
+        }
+        return costs, calibrate._uncertainty(costs, rows, xs, (0, 8), False)
+
+    costs, same = stated([1.0] * 4)
+    assert same["relative"] == 0.0 and same["ci"][0] == pytest.approx(same["ci"][1])
+    price = pricing.decode_seconds({"costs": costs}, "greedy", "small", None, 20.0, 6.0, False)
+    assert same["vanilla_seconds"] == pytest.approx(price) and same["source"] == 6.0
+    _, some = stated([0.9, 1.0, 1.0, 1.1])
+    _, more = stated([0.6, 1.0, 1.0, 1.4])
+    assert 0 < some["relative"] < more["relative"] < 1

@@ -235,3 +235,37 @@ def test_steps_are_priced_by_their_position_in_a_run():
     assert c["by_position"][0] == pytest.approx(
         [v * 0.5 * STEP / SMALL for v in (first, later, later)]
     )
+
+
+def test_a_predictions_interval_widens_with_the_calibrations_uncertainty():
+    """The calibration's relative uncertainty u widens the predicted speedup's interval (and the
+    measured one's over it) around the same point estimates; u = 0, or a calibration made before it
+    stated u, gives the intervals it gave."""
+    rows = [
+        {
+            "seconds": 0.02 + 0.002 * i,
+            "baseline_seconds": 0.05,
+            "stats": dict(large_calls=4 + i % 3, drafted=6 + i, small_calls=6 + i),
+            "tokens": 12,
+            "baseline_tokens": 12,
+        }
+        for i in range(8)
+    ]
+    record = {"key": {"method": "speculative", "draft": "small"}, "examples": rows}
+
+    def predicted(u):
+        cal = calibration()
+        if u is not None:
+            cal["uncertainty"] = {"relative": u}
+        return costs.predict(record, cal, [6] * 8, encoder_decoder=True)
+
+    before, zero, some, more = predicted(None), predicted(0.0), predicted(0.02), predicted(0.1)
+    assert zero == before and before["predicted_speedup_ci"][0] < before["predicted_speedup_ci"][1]
+    for name in ("predicted_speedup", "measured_over_predicted"):
+        assert some[name] == more[name] == before[name]
+        inner, mid, outer = before[f"{name}_ci"], some[f"{name}_ci"], more[f"{name}_ci"]
+        assert outer[0] < mid[0] < inner[0] <= before[name] <= inner[1] < mid[1] < outer[1]
+    lo, hi = before["predicted_speedup_ci"]
+    assert some["predicted_speedup_ci"] == pytest.approx([lo * 0.98, hi * 1.02], abs=1e-4)
+    with pytest.raises(ValueError, match="relative uncertainty must be in"):
+        costs.widened([1.0, 2.0], 1.5)

@@ -269,3 +269,46 @@ def test_compiled_steps_equal_eager(pairs, arch, draft):
             bildlab.generate(large, x, cache="static", compile=True, **kw).tokens
             == bildlab.generate(large, x, **kw).tokens
         )
+
+
+@pytest.mark.slow
+def test_the_first_compiled_call_compiles_every_step_later_decodes_meet():
+    """`generate(..., compile=True)` as the README calls it, with no `warm_up`: its first call
+    compiles every step first (one `CompileNotice`), so later decodes of other inputs and other
+    policies (other buckets) compile nothing: counted by dynamo, not timed."""
+    import warnings
+
+    from torch._dynamo.utils import counters
+
+    from bildlab.engine.early_exit import exit_draft
+
+    def compiles() -> tuple[int, int]:
+        return counters["stats"]["unique_graphs"], counters["frames"]["ok"]
+
+    # fresh models: nothing compiled or warmed for them yet
+    large = tiny("t5", seed=71, layers=2, scale=2.0)
+    later = [
+        dict(method="speculative", k=4),  # 5 positions per verification: bucket 8
+        dict(method="bild", fallback=0.05, rollback=3.0, max_small_steps=10),  # up to 16
+        dict(method="greedy"),
+    ]
+    for small in (perturbed(large, 0.3, 7), exit_draft(large, 1)):
+        kw = dict(small=small, max_new_tokens=N_NEW, eos_token_id=[], cache="static", compile=True)
+        before = compiles()
+        with pytest.warns(
+            static.CompileNotice, match=r"compiled every decoding step .* s \(once"
+        ) as w:
+            bildlab.generate(large, prompt(0), method="bild", fallback=0.3, rollback=1.0, **kw)
+        (notice,) = [x for x in w if x.category is static.CompileNotice]
+        assert notice.filename == __file__  # it points at the caller
+        after_first = compiles()
+        assert after_first[0] > before[0]  # the counter sees compilation
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", static.CompileNotice)
+            for seed, length in [(1, 5), (2, 9), (3, 14)]:
+                for policy in later:
+                    out = bildlab.generate(large, prompt(seed, length), **policy, **kw)
+                    eager = {**kw, "compile": False}
+                    ref = bildlab.generate(large, prompt(seed, length), **policy, **eager)
+                    assert out.tokens == ref.tokens
+        assert compiles() == after_first

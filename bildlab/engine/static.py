@@ -28,11 +28,16 @@ encoder-decoder's graphs take any source length from the first. A chunk longer t
 bucket runs eagerly on the same cache, as does the first call (a prompt; the cross-attention keys
 and values). Compilation happens at the first call of each shape: `warm_up` runs those calls ahead,
 once (on CUDA for every source length: a CUDA graph has one shape), so that no timed example pays
-for it. A call whose signature has run once with every guard runs with only the guards that tell
+for it. A decode that meets a model (and draft) whose steps for its cache were not warmed runs
+`warm_up` on its own input first (`views`: every bucket, not only the ones this decode feeds), with
+one `CompileNotice` warning saying so and how long it took; later decodes compile nothing more. A
+call whose signature has run once with every guard runs with only the guards that tell
 graphs apart (`StaticView._compiled`)."""
 
 from __future__ import annotations
 
+import logging
+import warnings
 import weakref
 
 import torch
@@ -58,6 +63,13 @@ _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # model -> call signatures its compiled forward ran
 _SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> the caches whose every step `warm_up` compiled (`_warm_key`)
+_WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+log = logging.getLogger(__name__)
+
+
+class CompileNotice(UserWarning):
+    """A decode with `compile=True` compiled its steps first (`warm_up` does it ahead of timing)."""
 
 
 def check(cache: str, compile: bool) -> None:
@@ -229,8 +241,11 @@ class StaticView(View):
             logits = forward(**kwargs).logits
         else:
             self._step()
+            # an early exit that drafts before the large model's first call sees the cross-attention
+            # keys of its own layers only: another graph
+            cross = len(self.cache.cross_attention_cache.layers) if self.encoder_decoder else 0
             logits = self._compiled(
-                forward, kwargs, (id(self.self_cache), width, self.source, new.dtype)
+                forward, kwargs, (id(self.self_cache), width, self.source, new.dtype, cross)
             )
         # the cross-attention keys and values, made
         if self.compile and self.encoder_decoder and self.cached == 0:
@@ -248,11 +263,12 @@ class StaticView(View):
 
     def _compiled(self, forward, kwargs: dict, signature: tuple) -> torch.Tensor:
         """The compiled forward's logits. The first call of a signature (cache, bucket, source
-        length, token dtype, grad mode) runs every dynamo guard and compiles if it must; every later
-        one only the guards that tell the compiled graphs apart (`skip_guard_eval_unsafe`; the rest
-        cost about a tenth of a compiled toy step on CPU). Two calls of one signature differ in
-        nothing else a guard reads, as long as the model's modules and config are left as they are
-        (docs/decoding.md); a call that would need a new graph raises (torch's own check)."""
+        length, token dtype, cross-attention layers made, grad mode) runs every dynamo guard and
+        compiles if it must; every later one only the guards that tell the compiled graphs apart
+        (`skip_guard_eval_unsafe`; the rest cost about a tenth of a compiled toy step on CPU). Two
+        calls of one signature differ in nothing else a guard reads, as long as the model's modules
+        and config are left as they are (docs/decoding.md); a call that would need a new graph
+        raises (torch's own check)."""
         signature += (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if signature not in self.seen:
             logits = forward(**kwargs).logits
@@ -324,8 +340,11 @@ def views(
     compile: bool,
     drafts: bool,
 ) -> tuple[StaticView, StaticView | None]:
-    """The large model's view and the draft's (None where no draft runs), on static caches."""
+    """The large model's view and the draft's (None where no draft runs), on static caches; compiled
+    steps not warmed for these caches yet are compiled first (`warm_up`, with a `CompileNotice`)."""
     length = cache_length(prefix, max_new_tokens)
+    if compile:
+        _ensure_warm(model, small if drafts else None, input_ids, max_new_tokens)
     large = StaticView(model, input_ids, length, compile)
     if not drafts:
         return large, None
@@ -334,13 +353,50 @@ def views(
     return large, StaticView(small, input_ids, length, compile, role="small")
 
 
+def _warm_key(model: PreTrainedModel, role: str, x: torch.Tensor, max_new_tokens: int) -> tuple:
+    """What the compiled steps of `model` in `role` ('model', 'small', or 'exit': an early exit on
+    the large model's cache) depend on for input `x`: the cache (its length, device, dtype) and, for
+    CUDA graphs of an encoder-decoder, the source length (one graph per shape)."""
+    enc_dec = bool(model.config.is_encoder_decoder)
+    length = cache_length(1 if enc_dec else x.shape[1], max_new_tokens)
+    source = x.shape[1] if enc_dec and x.device.type == "cuda" else None
+    return (role, length, str(x.device), model.dtype, source)
+
+
+def _roles(model: PreTrainedModel, small: PreTrainedModel | None) -> list:
+    """(model, role) of every compiled step a decode of `model` drafted by `small` runs."""
+    if small is None:
+        return [(model, "model")]
+    return [(model, "model"), (small, "exit" if shares_bottom_layers(small, model) else "small")]
+
+
+def _ensure_warm(model, small, x: torch.Tensor, max_new_tokens: int) -> None:
+    """Compile, before the decode of `x`, every step it can meet that no earlier `warm_up` (or
+    decode) compiled, with one notice: a user who asks for compiled steps gets them whole, never a
+    decode that compiles inside (and a later one that meets a new bucket)."""
+    roles = _roles(model, small)
+    if all(_warm_key(m, r, x, max_new_tokens) in _WARM.get(m, ()) for m, r in roles):
+        return
+    name = type(model).__name__ + ("" if small is None else " and its draft")
+    log.info("compile=True: compiling the decoding steps of %s (once)", name)
+    seconds = warm_up(model, x, small=small, max_new_tokens=max_new_tokens)
+    warnings.warn(
+        f"compile=True: compiled every decoding step of {name} for this cache before the first "
+        f"decode, in {seconds:.1f} s (once per model and cache length; static.warm_up does it "
+        "ahead of timing)",
+        CompileNotice,
+        stacklevel=5,  # the caller of generate (through views and inference_mode's wrapper)
+    )
+
+
 @torch.inference_mode()
 def warm_up(
     model: PreTrainedModel, inputs, small: PreTrainedModel | None = None, max_new_tokens: int = 128
 ) -> float:
-    """Compile every bucket's step for `model` (and `small`) ahead of timing, for the cache lengths
-    that `inputs` (a [1, n] tensor or a list of them) need: seconds spent, compilation mostly.
-    Outputs are not kept."""
+    """Compile every bucket's step for `model` (and `small`: a separate model on its own cache, an
+    early exit on the large model's) ahead of timing, for the cache lengths that `inputs` (a [1, n]
+    tensor or a list of them) need: seconds spent, compilation mostly. Outputs are not kept; a
+    decode of these inputs' caches compiles nothing more (`views`)."""
     inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     inputs = [x if x.dim() == 2 else x[None] for x in inputs]
     t0 = _clock(inputs[0].device)
@@ -352,16 +408,34 @@ def warm_up(
             sources += list({x.shape[1]: x for x in inputs}.values())
     else:  # one prompt per cache length
         sources = list({cache_length(x.shape[1], max_new_tokens): x for x in inputs}.values())
+    exit_draft = small is not None and shares_bottom_layers(small, model)
     for m, role in [(model, "model")] + ([(small, "small")] if small is not None else []):
         for x in sources:
             # any token compiles the same graphs
             prefix = x[:, :1] if m.config.is_encoder_decoder else x
             seq = torch.cat([prefix, prefix[:, -1:].expand(1, BUCKETS[-1] + 1)], 1)
-            view = StaticView(
-                m, x, cache_length(prefix.shape[1], max_new_tokens), compile=True, role=role
-            )
-            view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
+            length = cache_length(prefix.shape[1], max_new_tokens)
+            if exit_draft and role == "small":  # on the large model's cache, after its prefill
+                large = StaticView(model, x, length, compile=True)
+                large.logits(seq, prefix.shape[1], 1)
+                view = StaticEarlyExitView(m, large)
+            else:
+                view = StaticView(m, x, length, compile=True, role=role)
+                view.logits(seq, prefix.shape[1], 1)  # the prefill (eager)
             for b in BUCKETS:
                 view.logits(seq, view.cached + b, b)
+                view.hand_over()  # an early exit's positions out of the shared layers
                 view.crop(prefix.shape[1])
+            # an early exit that drafts before the large model's first call (speculative decoding)
+            # steps on a cross-attention cache of its own layers only: other graphs
+            for b in (
+                BUCKETS if exit_draft and role == "small" and m.config.is_encoder_decoder else ()
+            ):
+                view = StaticEarlyExitView(m, StaticView(model, x, length, compile=True))
+                view.logits(seq, prefix.shape[1], 1)  # its prefill (eager)
+                view.logits(seq, view.cached + b, b)
+    for m, role in _roles(model, small):
+        _WARM.setdefault(m, set()).update(
+            _warm_key(m, role, x, max_new_tokens) for x in [*inputs, *sources]
+        )
     return _clock(inputs[0].device) - t0

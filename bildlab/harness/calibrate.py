@@ -19,13 +19,24 @@ random weights):
   (`generate_batch`) at the study's batch sizes, with `batched_identical`, the batched outputs that
   equal the batch-1 ones on this device (counted).
 
-Each cost is the mean over the sampled inputs with its 95% bootstrap interval. The record lives in
-the registry's `.calibrations/`, keyed by the pair and the machine (device type and name, CPU model,
-threads, protocol); library versions are provenance. `for_machine` finds the newest one of this
-machine."""
+Every component above but the batch gain is timed in one `timing.interleave` (the overhead's whole
+decodes too): for each input all of them run back to back in an order that rotates from input to
+input, so a slow moment of a shared machine hits every component alike instead of the one measured
+then (the batch gain, a ratio of its own batch-1 and batched decodes, is timed after).
+
+Each cost is the mean over the sampled inputs with its 95% bootstrap interval; how sure the whole
+calibration is, `uncertainty` (`_uncertainty`): a vanilla decode of the sample's mean length priced
+from each input's own components, its 95% bootstrap interval over the inputs and the interval's
+relative half-width `relative` (shown by `bildlab calibrate`; `costs.predict` widens a predicted
+speedup's interval by it). The record lives in the registry's `.calibrations/` and in this machine's
+store (`machine_store`: under bildlab's cache folder, for every registry), keyed by the pair and the
+machine (device type and name, CPU model, threads, protocol); library versions are provenance.
+`for_machine` finds the newest one of this machine: the registry's own first (a committed study
+prices from its own calibrations), else the machine store's."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 
@@ -45,6 +56,9 @@ PREFIXES = (0, 16, 48)
 # timed call (a decoder-only model's prompt comes first)
 GREEDY_STEPS = 8
 TOY_BATCH_SIZES = (64, 256)
+# the machine's own calibrations (any registry's sweeps find them): this folder, else
+# calibrations/ under bildlab's cache folder ($BILDLAB_CACHE, ~/.cache/bildlab)
+STORE_ENV = "BILDLAB_CALIBRATIONS"
 
 
 def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens) -> None:
@@ -327,9 +341,11 @@ def calibrate(
     vocab = large.get_output_embeddings().weight.shape[0]
     xs = _inputs(pair, p, max(n, batch_n), lengths, device, vocab)
     runners = _runners(models, list(ms), list(prefixes), max_new_tokens)
+    # the overhead's whole decodes in the same rotation as the calls they are priced against
+    runners.update(_overhead_runners(models["small"], max_new_tokens))
     rows = timing.interleave(
         xs[:n],
-        {k: v for k, v in runners.items()},
+        runners,
         warmup=min(warmup, n),
         threads=threads,
         progress="calibrating" if progress else False,
@@ -370,7 +386,9 @@ def calibrate(
         "tokens": float(np.mean([len(r["decode"]["tokens"]) for r in rows])),
         "n": n,
     }
-    costs["overhead"] = _overhead(costs, models["small"], xs[:n], max_new_tokens, threads, warmup)
+    dec_only = not large.config.is_encoder_decoder
+    costs["overhead"] = _overhead(costs, rows, xs[:n], dec_only)
+    uncertainty = _uncertainty(costs, rows, xs[:n], prefixes, dec_only)
     costs["batch_gain"], identical = _batch_gain(
         large, xs[:batch_n], batch_sizes, max_new_tokens, threads, warmup
     )
@@ -392,12 +410,80 @@ def calibrate(
         "weights": "random" if random_weights else "trained",
         "encoder_decoder": bool(large.config.is_encoder_decoder),
         "costs": costs,
+        "uncertainty": uncertainty,
         "batched_identical": identical,
         "seconds": round(time.perf_counter() - t_start, 1),
     }
     if registry is not None:
-        (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
+        store(record, registry)
     return record
+
+
+def machine_store() -> Registry:
+    """This machine's calibrations, whichever registry they were made for: a registry of
+    calibrations only, at $BILDLAB_CALIBRATIONS, else calibrations/ under bildlab's cache folder
+    (`tasks.cache_root`: $BILDLAB_CACHE, ~/.cache/bildlab)."""
+    from ..world.tasks import cache_root
+
+    return Registry(os.environ.get(STORE_ENV) or os.path.join(cache_root(), "calibrations"))
+
+
+def store(record: dict, registry) -> None:
+    """Write a calibration to `registry` (a path or Registry) and to this machine's store
+    (`machine_store`), where a sweep into any other registry finds it (`for_machine`)."""
+    (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
+    machine_store().put_calibration(record)
+
+
+def _uncertainty(costs: dict, rows: list[dict], xs, prefixes, dec_only: bool) -> dict:
+    """How sure the calibration is: a vanilla decode of the sample's mean tokens and mean source
+    length priced from each input's own components (the large model's encoder, moved along the
+    calibration's line to the mean length, and its greedy steps by position; the loop's host work per
+    call, a median over the sample, is the calibration's), the mean of those prices with its 95%
+    bootstrap interval over the inputs, and `relative`, the interval's half-width over the mean. The
+    spread of the components over the inputs, not a drift of the whole machine between the
+    calibration and a sweep."""
+    from ..measure import costs as pricing
+
+    tokens = costs["vanilla_decode"]["tokens"]
+    source = float(np.mean([x.shape[1] for x in xs]))
+    full = {"costs": costs}
+    prices = []
+    for x, r in zip(xs, rows):
+        steps = [
+            np.asarray(r[f"greedy large {p}"]["stats"]["steps"], dtype=float) for p in prefixes
+        ]
+        own = r["encoder large"]["stats"]["seconds"]
+        encoder = (
+            own
+            - pricing.encoder(full, "large", x.shape[1])
+            + pricing.encoder(full, "large", source)
+        )
+        cal = {
+            "costs": {
+                **costs,
+                "encoder": {"large": {"lengths": [source], "seconds": [encoder]}},
+                "greedy_step": {
+                    "large": {
+                        "prefix": list(prefixes),
+                        "seconds": [float(s.mean()) for s in steps],
+                        "by_position": [s.tolist() for s in steps],
+                    }
+                },
+            }
+        }
+        prices.append(
+            pricing.decode_seconds(cal, "greedy", "small", None, tokens, source, dec_only)
+        )
+    seconds, ci = _cost(prices)
+    return {
+        "vanilla_seconds": seconds,
+        "ci": ci,
+        "relative": round((ci[1] - ci[0]) / 2 / seconds, 4) if seconds > 0 else 0.0,
+        "tokens": tokens,
+        "source": source,
+        "n": len(prices),
+    }
 
 
 # the fixed policies whose whole decodes measure the loop's host work beyond the greedy loop's: a
@@ -412,25 +498,18 @@ OVERHEAD_POLICIES = {
 }
 
 
-def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -> dict:
-    """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read,
-    sampling's probabilities and draws, prompt lookup's n-gram search), which the calls above leave
-    out: whole decodes of the small model alone and of `OVERHEAD_POLICIES` on the sample,
-    interleaved under the protocol; their time beyond what their exact counts cost on the calls
-    above. `large_call`: the greedy loop's, per call; beyond it, a drafting method's per draft step
-    (`draft_step`), prompt lookup's and sampling's per large-model call (`call`). `large_call` is
-    read from the small model's greedy decodes (the same loop, whichever model it runs): there a
-    step is a few times cheaper, so the same noise of the clock is a few times smaller against it
-    (from the large model's, under load, it came out below zero). Medians over the decodes: one slow
-    decode (the machine's other work) moves a mean, not a median."""
+def _overhead_runners(models: tuple, max_new_tokens: int) -> dict:
+    """The whole decodes `_overhead` reads, as runners of the calibration's one interleave: the
+    small model's greedy decode and every `OVERHEAD_POLICIES` one ("whole <name>")."""
     from ..engine.decoding import generate
-    from ..measure import costs as pricing
 
     large, small = models
-    runners = {"greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))}
+    runners = {
+        "whole greedy small": lambda x, i: _out(generate(small, x, max_new_tokens=max_new_tokens))
+    }
     for name, policy in OVERHEAD_POLICIES.items():
         drafts = policy.method in ("speculative", "bild")
-        runners[name] = (
+        runners[f"whole {name}"] = (
             lambda p, q, seeded: (
                 lambda x, i: _out(
                     generate(
@@ -444,26 +523,42 @@ def _overhead(costs: dict, models: tuple, xs, max_new_tokens, threads, warmup) -
                 )
             )
         )(policy, small if drafts else None, policy.sampling)
-    rows = timing.interleave(xs, runners, warmup=min(warmup, len(xs)), threads=threads)
+    return runners
+
+
+def _overhead(costs: dict, rows: list[dict], xs, dec_only: bool) -> dict:
+    """The loop's own host work (the acceptance rule, the commit, the crops, BiLD's confidence read,
+    sampling's probabilities and draws, prompt lookup's n-gram search), which the calls above leave
+    out: whole decodes of the small model alone and of `OVERHEAD_POLICIES` on the sample
+    (`_overhead_runners`, timed in the calibration's one interleave: `rows`); their time beyond what
+    their exact counts cost on the calls above. `large_call`: the greedy loop's, per call; beyond
+    it, a drafting method's per draft step (`draft_step`), prompt lookup's and sampling's per
+    large-model call (`call`). `large_call` is read from the small model's greedy decodes (the same
+    loop, whichever model it runs): there a step is a few times cheaper, so the same noise of the
+    clock is a few times smaller against it (from the large model's, under load, it came out below
+    zero). Medians over the decodes: one slow decode (the machine's other work) moves a mean, not a
+    median."""
+    from ..measure import costs as pricing
+
     cal = {"costs": {**costs, "overhead": None}}
-    dec_only = not large.config.is_encoder_decoder
 
     # per decode: seconds beyond its counts' price, its large calls, its draft steps
     def extra(name, method):
         out = []
         for x, r in zip(xs, rows):
-            st = r[name]["stats"]
+            r = r[f"whole {name}"]
+            st = r["stats"]
             priced = pricing.decode_seconds(
                 cal,
                 method,
                 "small",
                 None if method == "greedy" else st,
                 # with no host work
-                len(r[name]["tokens"]),
+                len(r["tokens"]),
                 x.shape[1],
                 dec_only,
             )
-            out.append((r[name]["seconds"] - priced, st["large_calls"], st["small_calls"]))
+            out.append((r["seconds"] - priced, st["large_calls"], st["small_calls"]))
         return out
 
     per_call = float(np.median([e / max(c, 1) for e, c, _ in extra("greedy small", "small")]))
@@ -529,10 +624,18 @@ def _readable(pair: str) -> bool:
 
 
 def for_machine(
-    registry, pair: str, device: str = "cpu", threads: int | None = 1, machine: dict | None = None
+    registry,
+    pair: str,
+    device: str = "cpu",
+    threads: int | None = 1,
+    machine: dict | None = None,
+    *,
+    from_store: bool = True,
 ) -> dict | None:
     """The newest calibration of `pair` made on this machine (device type and name, CPU model,
-    threads), or on `machine` (a record's `machines` entry: where its examples were timed), or None.
+    threads), or on `machine` (a record's `machines` entry: where its examples were timed), or None:
+    the registry's own first (a committed study prices from its own calibrations), then, with
+    `from_store`, this machine's store (`machine_store`: every calibration made here, for any registry).
     """
     reg = registry if isinstance(registry, Registry) else Registry(registry)
     here = machine or shard.machine(device)
@@ -546,5 +649,10 @@ def for_machine(
         "processor": here["processor"],
         "threads": threads,
     }
-    found = [c for c in reg.calibrations() if all(c["key"].get(k) == v for k, v in want.items())]
-    return max(found, key=lambda c: c["made"]) if found else None
+    for source in (reg, machine_store()) if from_store else (reg,):
+        found = [
+            c for c in source.calibrations() if all(c["key"].get(k) == v for k, v in want.items())
+        ]
+        if found:
+            return max(found, key=lambda c: c["made"])
+    return None

@@ -27,7 +27,14 @@ are dearer, its weights cold): a draft model's S steps as R drafts of S / R step
 drafts: one before each large call but the first), a greedy loop's as one run. Left out: the spread
 of draft lengths around their mean (priced as if all were of the mean length), host work that grows
 otherwise than the fixed policies', cache growth beyond the calibrated prefixes, and a machine's
-drift between calibration and timing."""
+drift between calibration and timing.
+
+How sure the prediction is: its interval is the paired bootstrap's over the timed examples (their
+counts), widened by the calibration's own uncertainty u (`calibrate`'s `uncertainty.relative`, the
+relative half-width of the interval of a vanilla decode's price over the calibration's inputs): a
+predicted speedup's [lo, hi] becomes [lo * (1 - u), hi * (1 + u)], and the measured speedup over it
+[lo / (1 + u), hi / (1 - u)] (`widened`). Point estimates do not change, and a calibration made
+before it stated u (u = 0) gives the intervals it gave."""
 
 from __future__ import annotations
 
@@ -204,9 +211,28 @@ def decode_seconds(
     return t
 
 
+def uncertainty(cal: dict) -> float:
+    """The calibration's relative uncertainty u (`calibrate._uncertainty`; 0 for a calibration made
+    before it was stated)."""
+    return float((cal.get("uncertainty") or {}).get("relative") or 0.0)
+
+
+def widened(ci, u: float, inverse: bool = False) -> list[float]:
+    """An interval of a predicted value widened by the calibration's relative uncertainty u: [lo *
+    (1 - u), hi * (1 + u)]; `inverse`, of a value over the prediction: [lo / (1 + u), hi / (1 - u)].
+    u = 0 leaves it as it is."""
+    lo, hi = ci
+    if not u:
+        return [lo, hi]
+    if not 0 < u < 1:
+        raise ValueError(f"a calibration's relative uncertainty must be in [0, 1); got {u!r}")
+    return [lo / (1 + u), hi / (1 - u)] if inverse else [lo * (1 - u), hi * (1 + u)]
+
+
 def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: bool) -> dict:
     """A record's predicted speedup over its vanilla model (the same timed examples, priced by
-    `cal`), with its 95% paired-bootstrap interval, and the measured speedup over it, with its own;
+    `cal`), with its 95% paired-bootstrap interval widened by the calibration's uncertainty
+    (`widened`), and the measured speedup over it, with its own;
     None where the method counts no calls (transformers' generate) or its steps were compiled (a
     calibration prices eager calls). `sources`: every example's source length in tokens (the large
     model's input); `encoder_decoder`: whether the pair's models are."""
@@ -241,8 +267,9 @@ def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: boo
     def ratio(idx):  # measured speedup over predicted, on one resample of the examples
         return ratio_of_sums(tb, t, idx) / ratio_of_sums(pb, pm, idx)
 
-    lo, hi = interval(lambda idx: ratio_of_sums(pb, pm, idx), n)
-    rlo, rhi = interval(ratio, n)
+    u = uncertainty(cal)
+    lo, hi = widened(interval(lambda idx: ratio_of_sums(pb, pm, idx), n), u)
+    rlo, rhi = widened(interval(ratio, n), u, inverse=True)
     return {
         "predicted_speedup": round(float(pb.sum() / pm.sum()), 4),
         "predicted_speedup_ci": [round(lo, 4), round(hi, 4)],
