@@ -18,11 +18,17 @@ ARCHS = ("gpt2", "llama", "t5", "bart")
 
 
 def tiny(
-    arch: str, seed: int, layers: int = 2, vocab: int = VOCAB, scale: float = 1.0
+    arch: str,
+    seed: int,
+    layers: int = 2,
+    vocab: int = VOCAB,
+    scale: float = 1.0,
+    encoder_layers: int | None = None,
 ) -> tf.PreTrainedModel:
     """A tiny random model in float32, eval mode. `scale` sharpens the output distribution (larger
-    init). Encoder-decoder models get one encoder layer more than decoder layers (caches must follow
-    the decoder)."""
+    init). Encoder-decoder models get one encoder layer more than decoder layers unless
+    `encoder_layers` says (caches must follow the decoder)."""
+    enc = layers + 1 if encoder_layers is None else encoder_layers
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
     if arch == "gpt2":
@@ -51,7 +57,7 @@ def tiny(
         cfg = tf.T5Config(
             d_model=32,
             d_ff=64,
-            num_layers=layers + 1,
+            num_layers=enc,
             num_decoder_layers=layers,
             num_heads=2,
             d_kv=16,
@@ -68,7 +74,7 @@ def tiny(
     elif arch == "bart":
         cfg = tf.BartConfig(
             d_model=32,
-            encoder_layers=layers + 1,
+            encoder_layers=enc,
             decoder_layers=layers,
             encoder_attention_heads=2,
             decoder_attention_heads=2,
@@ -135,9 +141,10 @@ def models():
 
 @pytest.fixture(autouse=True)
 def _machine_store(tmp_path_factory, monkeypatch):
-    """Every test gets its own empty store of this machine's calibrations (`calibrate.machine_store`,
-    read by every registry's sweeps): no test writes into the user's cache folder or sees another
-    test's calibrations (an environment variable: subprocesses and notebook kernels inherit it)."""
+    """Every test gets its own empty store of this machine's calibrations
+    (`calibrate.machine_store`, read by every registry's sweeps): no test writes into the user's
+    cache folder or sees another test's calibrations (an environment variable: subprocesses and
+    notebook kernels inherit it)."""
     from bildlab.harness import calibrate
 
     monkeypatch.setenv(calibrate.STORE_ENV, str(tmp_path_factory.mktemp("calibrations")))

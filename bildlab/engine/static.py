@@ -123,8 +123,10 @@ def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> Sta
     reset."""
     held, key = _CACHES.setdefault(model, {}), (length, str(device), model.dtype, role)
     cache = held.get(key)
+    # sized by the decoder's own config: an encoder-decoder's top-level config may count the
     if cache is None:
-        cache = held[key] = StaticCache(config=model.config, max_cache_len=length)
+        # encoder's layers (T5's num_layers; its decoder stack's config holds num_decoder_layers)
+        cache = held[key] = StaticCache(config=model.get_decoder().config, max_cache_len=length)
     # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
     cache.reset()
     return cache
