@@ -152,20 +152,20 @@ def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp
     assert list(r.table["speedup, eager"]) == ["1.40x [1.30, 1.50]", "1.60x [1.50, 1.70]"]
     assert list(r.table["compiled greedy over transformers' greedy"]) == ["2.00x [2.00, 2.00]"] * 2
     assert list(r.table["eager greedy over transformers' greedy"]) == ["1.00x [1.00, 1.00]"] * 2
-    assert list(r.table["same machine"]) == [True, True] and "another machine" not in r.answer
+    assert list(r.table["same machine"]) == [True, True] and "another machine" not in r.account
     assert (
         "Over compiled greedy, 1 of 2 rows stay detectably faster than greedy; 1 of 2 speedups are detectably "
         "below their eager ones and 0 above (compiled − eager -0.40x to +0.00x). Greedy over transformers' greedy "
         "`generate` in the same runs: 1.00-1.00x eager, 2.00-2.00x compiled. On toy-mt"
-    ) in r.answer
+    ) in r.account
     assert (
         "On toy-mt (N = 20), speculative (k=4): 1.40x [1.30, 1.50] eager, 1.00x [0.90, 1.10] compiled, not "
         "detectably faster than compiled greedy; detectably below its eager speedup (compiled − eager -0.400x "
         "[-0.400, -0.400], paired)."
-    ) in r.answer
+    ) in r.account
     assert (
         "bild (fb 0.5, rb 3): 1.60x [1.50, 1.70] eager, 1.60x [1.50, 1.70] compiled, detectably faster than "
-        "compiled greedy; no detectable difference from its eager speedup" in r.answer
+        "compiled greedy; no detectable difference from its eager speedup" in r.account
     )
     assert r.headline["toy-mt"]["bild (fb 0.5, rb 3)"]["difference"] == [0.0, [0.0, 0.0]]
     assert (tmp_path / "speculative_compiled.png").is_file()
@@ -183,12 +183,12 @@ def test_against_a_compiled_baseline_answers_from_the_intervals(monkeypatch, tmp
     assert list(other.table["same machine"]) == [False, False]
     assert (
         "The eager rows were timed in another run, on another machine, than the compiled ones."
-        in other.answer
+        in other.account
     )
-    assert "paired; the two were timed on different machines)" in other.answer
+    assert "paired; the two were timed on different machines)" in other.account
     eager = study.against_compiled("toy-mt", compile=False, figures=tmp_path)  # nothing compiled
     assert calls[-1] == ("toy-mt", False, 2) and "speedup, compiled" not in eager.table
-    assert eager.answer.endswith("compile=False: the compiled rows were not run.")
+    assert eager.account.endswith("compile=False: the compiled rows were not run.")
 
 
 def test_rq5s_choices_are_timed_on_rq5s_test_examples(monkeypatch, tmp_path):

@@ -473,8 +473,8 @@ def test_rq5_gains_a_prompt_lookup_row_chosen_on_validation(monkeypatch, tmp_pat
         )
         assert (
             "prompt lookup (no small model; n=3, k=6, chosen on validation): 1.20x [1.15, 1.25]"
-            in result.answer
-            and "against it (pass 1): unaligned lossless is detectably faster" in result.answer
+            in result.account
+            and "against it (pass 1): unaligned lossless is detectably faster" in result.account
         )
         table = runner.results_table(tmp_path / "rq5_main_table.json")
         line = next(x for x in table.splitlines() if "prompt lookup" in x)
@@ -521,5 +521,5 @@ def test_the_speculative_notebook_gains_prompt_lookup_rows_on_every_pair(monkeyp
     modes = list(result.table["mode"])
     assert modes.count("prompt lookup, no small model (n=3, k=6, chosen on validation)") == 3
     assert modes.count("transformers prompt lookup (n=3, k=6)") == 1
-    assert "Prompt lookup (no small model) on toy-sum (N = 20;" in result.answer
-    assert "BiLD against it: BiLD is detectably faster" in result.answer
+    assert "Prompt lookup (no small model) on toy-sum (N = 20;" in result.account
+    assert "BiLD against it: BiLD is detectably faster" in result.account

@@ -234,6 +234,7 @@ def test_every_notebook_has_one_parameters_cell_and_paper_params_are_valid(monke
         assert len(tagged) == 1, name
         assert book.cells[0].cell_type == "markdown" and book.cells[0].source.startswith("# ")
         allowed = set(papermill.inspect_notebook(str(runner.NOTEBOOKS / f"{name}.ipynb")))
+        allowed |= set(runner.notebook_defaults(name))  # and the run-settings cell's
         check_params(runner.profile_params("paper", name), allowed)
 
 
@@ -325,7 +326,7 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
 
     monkeypatch.setattr(study.ev, "sweep", sweep)
     grid = dict(fallbacks=[0.5, 0.9], rollbacks=[1.0], figures=str(tmp_path))
-    rq4 = study.rq4("toy-mt", **grid).answer
+    rq4 = study.rq4("toy-mt", **grid).account
     # chosen on validation (1.70x there), reported with its test numbers (the fake test sweep gives
     # 1.50x)
     assert rq4 == (
@@ -335,19 +336,19 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
         "acceptance 0.75 vs 0.75."
     )
     # no policy qualifies: each answer says so in its own words (and writes no nan)
-    assert study.rq2("toy-mt", **grid).answer == (
+    assert study.rq2("toy-mt", **grid).account == (
         "On toy-mt, the fastest policy of each kind within 1 BLEU point of vanilla on validation (N = 20), reported on "
         "test (N = 0): fallback + rollback: none; fallback only: none; rollback only: none. Fallback + rollback vs "
         f"fallback only: {NONE}; vs rollback only: {NONE}. On validation, 1 of 5 policies are not dominated by "
         "another's paired differences (with both thresholds: 0)."
     )
-    assert study.rq3("toy-mt", **grid).answer == (
+    assert study.rq3("toy-mt", **grid).account == (
         "On toy-mt: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 83.8%, "
         "aligned 86.1%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test (N = 0): "
         f"aligned none, unaligned none: {NONE}. No policy keeps every output identical to vanilla's for both on "
         "validation."
     )
-    assert study.rq5(("toy-mt",), **grid).answer == (
+    assert study.rq5(("toy-mt",), **grid).account == (
         "Policies chosen on validation, reported on test (speedups of 2 "
         "independent timing passes). On toy-mt no BiLD policy qualifies "
         "on validation."
@@ -414,7 +415,7 @@ def test_rq2_to_rq4_answer_for_every_pair_with_its_metric(monkeypatch, tmp_path,
     result = getattr(study, name)(
         ["toy-mt", "toy-sum"], fallbacks=[0.5], rollbacks=[3.0], figures=str(tmp_path)
     )
-    assert result.answer == " ".join(ANSWERS[name])
+    assert result.account == " ".join(ANSWERS[name])
     assert list(result.headline) == ["toy-mt", "toy-sum"]
     assert sorted(set(result.table["pair"])) == ["toy-mt", "toy-sum"]
     assert "ROUGE-L" in set(result.table.columns) and "BLEU" in set(result.table.columns)
@@ -505,8 +506,19 @@ def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
         figures=str(tmp_path),
     )
     # each task's own N
-    mt, summ = result.answer.split("On toy-mt (N = 20): ")[1].split(" On toy-sum (N = 30): ")
-    assert "N = 20 (toy-mt), N = 30 (toy-sum)" in result.figure.axes[0].get_title()
+    mt, summ = result.account.split("On toy-mt (N = 20): ")[1].split(" On toy-sum (N = 30): ")
+    legend = [t.get_text() for t in result.figure.axes[0].get_legend().get_texts()]
+    assert (
+        "toy-mt, timing pass 1 (N = 20)" in legend and "toy-sum, timing pass 2 (N = 30)" in legend
+    )
+    # shown: the rows that chose one policy collapsed into one, named together; quality in one column
+    shown = result.summary.frame
+    assert len(shown.columns) <= 10 and "quality" in shown.columns
+    assert "unaligned: lossless = no loss" in set(shown["rows"])
+    assert (
+        shown["quality"].str.endswith("BLEU").sum()
+        and shown["quality"].str.endswith("ROUGE-L").sum()
+    )
     # rows of one small model that chose the same policy are named together, once
     assert (
         "unaligned lossless = unaligned no loss (rb, fb) = (3.0, 0.9): 1.40x [1.35, 1.45] and 1.40x"
@@ -787,13 +799,13 @@ def test_speculative_reference_pairs_set_lossless_speculative_decoding_beside_bi
         "On toy-sum (N = 20), fixed-k speculative decoding 1.40x [1.35, 1.45] (k=4; lossless), 20 of 20 outputs "
         "identical, against BiLD 1.60x [1.55, 1.65] (fb 0.5, rb 3; -0.80 [-1.30, -0.30] ROUGE-L): BiLD is "
         "detectably faster (speculative decoding - BiLD -0.200x [-0.200, -0.200], paired, N = 20)."
-    ) in result.answer
+    ) in result.account
     # k=2 greedy, sampled and assisted, BiLD; two per reference pair
     assert len(result.records) == 4 + 4
     one = study.speculative(
         "toy-mt-llama", ks=[2], reference_pairs="toy-mt", figures=tmp_path, progress=False
     )
-    assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.answer
+    assert set(one.table["pair"]) == {"toy-mt-llama", "toy-mt"} and "toy-sum" not in one.account
 
 
 def test_the_readme_table_is_regenerated_from_the_committed_registry(tmp_path, monkeypatch):

@@ -35,5 +35,5 @@ def test_rq1_says_there_is_no_gap_when_the_small_model_is_the_large(tmp_path, mo
         progress=False,
     )
     none = "no gap to close (the small model alone scores as the large)"
-    assert "nan" not in result.answer and f"with {none}" in result.answer
+    assert "nan" not in result.account and f"with {none}" in result.account
     assert list(result.table["gap closed"]) == ["100%", "0%", none]

@@ -238,6 +238,13 @@ def compare(a: dict, b: dict, references: list[str] | None = None) -> dict:
         raise ValueError(
             f"compare needs two records on the same examples; their keys differ in {', '.join(differ)}"
         )
+    metric = a["summary"]["metric"]
+    out = speed_difference(a, b)
+    out["metric"] = metric
+    if all(x["output"] == y["output"] for x, y in zip(a["examples"], b["examples"])):
+        # the same outputs score the same: the difference is exactly 0, nothing to score
+        out["delta"], out["delta_ci"] = 0.0, [0.0, 0.0]
+        return out
     if references is None:
         from ..world.tasks import load_task
 
@@ -245,14 +252,11 @@ def compare(a: dict, b: dict, references: list[str] | None = None) -> dict:
         references = [
             ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])
         ]
-    metric = a["summary"]["metric"]
-    out = speed_difference(a, b)
     ours, theirs = (
         metrics.sentence_data(metric, [e["output"] for e in r["examples"]], references)
         for r in (a, b)
     )
     out["delta"], out["delta_ci"] = score_difference(metric, ours, theirs)
-    out["metric"] = metric
     return out
 
 
@@ -277,32 +281,37 @@ def pareto(records: list[dict], references: list[str] | None = None) -> list[dic
     dominates b where a is detectably faster (the paired speed difference's interval above 0) and
     not detectably worse (the paired quality difference's interval not below 0), or detectably
     better and not detectably slower. Never by whether intervals overlap. `references`: the
-    examples' targets (default: loaded from the task). A plan's placeholders dominate nothing."""
+    examples' targets (default: loaded from the task; not read where every record has the same
+    outputs, which then differ in speed alone)."""
     by_speed = sorted(records, key=lambda r: r["summary"]["speedup"])
-    if len(records) < 2 or any(r.get("placeholder") for r in records):
+    if len(records) < 2:
         return by_speed
     for r in records[1:]:
         # the same examples, timed on the same ones (else a ValueError)
         speed_difference(records[0], r)
-    if references is None:
+    metric, outputs = records[0]["summary"]["metric"], {}
+    which = [
+        outputs.setdefault(tuple(e["output"] for e in r["examples"]), len(outputs)) for r in records
+    ]
+    if references is None and len(outputs) > 1:
         from ..world.tasks import load_task
 
         key = records[0]["key"]
         references = [
             ex["target"] for ex in load_task(key["task"], key["split"], limit=key["limit"])
         ]
-    k, n = len(records), len(references)
+    k, n = len(records), len(records[0]["examples"])
     timed = [i for i, e in enumerate(records[0]["examples"]) if e["seconds"] is not None]
     t, v = (
         np.array([[r["examples"][i][f] for i in timed] for r in records], dtype=float)
         for f in ("seconds", "baseline_seconds")
     )
-    metric, outputs = records[0]["summary"]["metric"], {}
-    which = [
-        outputs.setdefault(tuple(e["output"] for e in r["examples"]), len(outputs)) for r in records
-    ]
     # each distinct output list once
-    data = [metrics.sentence_data(metric, list(o), references) for o in outputs]
+    data = (
+        [metrics.sentence_data(metric, list(o), references) for o in outputs]
+        if len(outputs) > 1
+        else []
+    )
 
     def pairwise(values):  # [k, resamples] -> [k * k, resamples]: row a * k + b is a - b
         return (values[:, None, :] - values[None, :, :]).reshape(k * k, -1)
@@ -310,9 +319,13 @@ def pareto(records: list[dict], references: list[str] | None = None) -> list[dic
     speed_lo, speed_hi = intervals(
         lambda idx: pairwise(v[:, idx].sum(-1) / t[:, idx].sum(-1)), len(timed)
     )
-    quality_lo, quality_hi = intervals(
-        lambda idx: pairwise(np.stack([metrics.corpus(metric, d, idx) for d in data])[which]), n
-    )
+    if data:
+        quality_lo, quality_hi = intervals(
+            lambda idx: pairwise(np.stack([metrics.corpus(metric, d, idx) for d in data])[which]),
+            n,
+        )
+    else:  # one output list: every quality difference is exactly 0
+        quality_lo = quality_hi = np.zeros(k * k)
     faster, slower = (speed_lo > 0).reshape(k, k), (speed_hi < 0).reshape(k, k)
     better, worse = (quality_lo > 0).reshape(k, k), (quality_hi < 0).reshape(k, k)
     dominated = ((faster & ~worse) | (better & ~slower)).any(axis=0)

@@ -9,7 +9,7 @@ harness it is given (`sweep`, default `evaluate.sweep`, so reruns come from the 
 `plan` gives one that records what would run instead."""
 
 from ..harness import evaluate as ev  # noqa: F401  (the harness the questions call by default)
-from .common import Result
+from .common import Result, Table, run_settings
 from .compiled import against_compiled
 from .explained import elsewhere, explained
 from .rq1_small_writes_most import rq1
@@ -31,6 +31,8 @@ QUESTIONS = {
 __all__ = [
     "ev",
     "Result",
+    "Table",
+    "run_settings",
     "against_compiled",
     "explained",
     "elsewhere",

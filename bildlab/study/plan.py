@@ -6,10 +6,11 @@ machine hours.
 
 A `Planner` is the harness handed to the questions (their `sweep` argument) in place of
 `evaluate.sweep`: it looks each sweep up (`evaluate.lookup`), notes what would run, and returns the
-records the registry has and placeholder records for the others (neutral numbers: speedup 1, no
-quality change, every output identical), so the questions run through without a model, and a
-finished registry plans nothing. Where a policy is chosen from measured numbers that are missing
-(RQ5's rows), the plan counts the largest number that can be chosen. A record that several notebooks
+records the registry has and stand-ins for the others (`_stand_in`: records shaped like computed
+ones, on a speed-quality trade-off), so the questions run through them unchanged, without a model,
+and a finished registry plans nothing. Where a policy is chosen from measured numbers that are
+missing (RQ5's rows), the stand-ins' trade-off makes the largest number that can be chosen distinct,
+so the plan counts it; the questions never ask whether they are planned. A record that several notebooks
 share (RQ3, RQ4 and RQ5 sweep the same validation grid) is counted once, where the first notebook
 would compute it. Nothing is global: two plans in one process do not see each other."""
 
@@ -167,16 +168,12 @@ class Planner:
                 **(_memory(pair, found) if found.run["timing_limit"] is not None else {}),
             }
         )
-        metric = task_metric(found.task)
-        return [
-            rec if rec is not None else _placeholder(key, n, metric)
-            for key, rec in zip(found.keys, found.found)
-        ]
+        return _stand_ins(found, task_metric(found.task))
 
 
 class _Checker(Planner):
     """A plan that reads no registry (fast): every sweep is checked by `evaluate.lookup` as the
-    notebook would make it, with placeholder records where the questions read measured numbers."""
+    notebook would make it, with stand-ins where the questions read measured numbers."""
 
     def sweep(self, pair: str, grid: list[dict], **run) -> list[dict]:
         return super().sweep(pair, grid, **{**run, "registry": None})
@@ -203,20 +200,44 @@ def check(
             raise ParameterError(f"{name}: {e}") from None
 
 
-def _placeholder(key: dict, n: int, metric: str) -> dict:
+# The stand-ins' trade-off (`_stand_in`): each further policy of a group 0.01x faster and 0.05 points
+# worse than the one before it
+STAND_IN_SPEED, STAND_IN_LOSS = 0.01, 0.05
+
+
+def _stand_ins(found: ev.Lookup, metric: str) -> list[dict]:
+    """The sweep's records: the registry's where it has them, a stand-in (`_stand_in`) for each of
+    the others, ranked within its group of policies (same method and draft) in the sweep's order."""
+    n, timed, ranks, out = found.examples(), set(found.timed()), {}, []
+    for key, rec in zip(found.keys, found.found):
+        group = (key["method"], key.get("draft"))
+        rank = ranks[group] = ranks.get(group, -1) + 1
+        out.append(rec if rec is not None else _stand_in(key, n, timed, metric, rank))
+    return out
+
+
+def _stand_in(key: dict, n: int, timed: set, metric: str, rank: int) -> dict:
+    """A record shaped like a computed one, so that the questions run on it unchanged: its examples
+    (timed where the protocol would time them), outputs all identical (so no comparison needs the
+    task's references) and summary numbers on a trade-off: the `rank`-th policy of its group is
+    STAND_IN_SPEED x faster and STAND_IN_LOSS points worse per rank, and only the first is lossless.
+    Every rule that chooses by thresholds (RQ5's lossless, no-loss and degraded rows) then picks as
+    many distinct policies as it can: a plan counts the most that could run. `placeholder` marks it
+    for the harness's tests; the questions never read it."""
+    loss = round(-STAND_IN_LOSS * rank, 6)
     s = {
         "metric": metric,
         "examples": n,
-        "score": 0.0,
-        "score_ci": [0.0, 0.0],
+        "score": loss,
+        "score_ci": [loss, loss],
         "baseline_score": 0.0,
         "baseline_score_ci": [0.0, 0.0],
-        "delta": 0.0,
-        "delta_ci": [0.0, 0.0],
-        "identical": 1.0,
-        "identical_count": n,
-        "speedup": 1.0,
-        "speedup_ci": [1.0, 1.0],
+        "delta": loss,
+        "delta_ci": [loss, loss],
+        "identical": 1.0 if rank == 0 else 0.0,
+        "identical_count": n if rank == 0 else 0,
+        "speedup": round(1.0 + STAND_IN_SPEED * rank, 6),
+        "speedup_ci": [1.0, round(1.0 + 2 * STAND_IN_SPEED * rank, 6)],
         "speedup_hf": 1.0,
         "speedup_hf_ci": [1.0, 1.0],
         "truncated": 0,
@@ -225,16 +246,27 @@ def _placeholder(key: dict, n: int, metric: str) -> dict:
         "mean_accepted": 1.0,
         "large_calls_per_token": 1.0,
         "tokens": n,
+        **({"timed_examples": len(timed)} if len(timed) < n else {}),
     }
-    row = {
-        "stats": {"accepted": 0, "rollbacks": 0, "small_seconds": 0.0, "small_calls": 0},
-        "seconds": 1.0,
-        "baseline_seconds": 1.0,
-        "baseline_tokens": 1,
-        "output": "",
-        "baseline_output": "",
+
+    def row(i):
+        return {
+            "stats": {"accepted": 0, "rollbacks": 0, "small_seconds": 0.0, "small_calls": 0},
+            "seconds": 1.0 if i in timed else None,
+            "baseline_seconds": 1.0 if i in timed else None,
+            "baseline_tokens": 1,
+            "output": "",
+            "baseline_output": "",
+        }
+
+    return {
+        "key": key,
+        "summary": s,
+        "examples": [row(i) for i in range(n)],
+        "protocol": {},
+        "machines": [],
+        "placeholder": True,
     }
-    return {"key": key, "summary": s, "examples": [row] * n, "placeholder": True}
 
 
 def plan(

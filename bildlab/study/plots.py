@@ -35,7 +35,11 @@ def panels(n: int, width: float = 6.4, height: float = 4.0):
 
 
 def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
-    """Write `fig` as folder/name.png and folder/name.pdf; each file appears whole or not at all."""
+    """Write `fig` as folder/name.png and folder/name.pdf; each file appears whole or not at all. A
+    figure whose texts overlap (`overlaps`) is refused, a ValueError naming them."""
+    clash = overlaps(fig)
+    if clash:
+        raise ValueError(f"figure {name}: overlapping text {clash[:5]}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -67,15 +71,70 @@ def _errors(values, cis):
     ]
 
 
-def _finish(ax, fig, title: str, legend: bool = True):
-    ax.set_title(title, fontsize=10)
+def _finish(ax, fig, title: str, legend: bool | str = True):
+    """Title, grid and legend in the study's style: the legend outside the data, to the right
+    (`legend=True`) or below the axes (`"below"`, for long labels)."""
+    ax.set_title(title, fontsize=10, wrap=True)
     ax.grid(alpha=0.25)
-    if legend:
+    ax.tick_params(labelsize=8)
+    ax.xaxis.label.set_size(9)
+    ax.yaxis.label.set_size(9)
+    if legend == "below":  # under the tick labels and the axis label, whatever the axes' height
+        from matplotlib.transforms import ScaledTranslation
+
+        ax.legend(
+            fontsize=7,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            bbox_transform=ax.transAxes + ScaledTranslation(0, -0.5, fig.dpi_scale_trans),
+            borderaxespad=0,
+            frameon=False,
+            ncol=2,
+        )
+    elif legend:
         ax.legend(
             fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False
         )
     fig.tight_layout()
     return fig
+
+
+def texts(fig) -> list:
+    """Every piece of text a reader sees on `fig` (titles, axis labels, the tick labels in view,
+    legends, annotations), drawn: [(text, window extent)]."""
+    from matplotlib.text import Text
+
+    renderer = fig._get_renderer()  # whatever the canvas (a closed figure's draws nowhere)
+    fig.draw(renderer)
+    found = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        for axis in (ax.xaxis, ax.yaxis):
+            found += [t.label1 for t in axis._update_ticks()]
+        found += list(ax.texts)
+        legend = ax.get_legend()
+        if legend is not None:
+            found += list(legend.get_texts()) + [legend.get_title()]
+    found += [t for t in fig.texts if isinstance(t, Text)]
+    return [
+        (t, t.get_window_extent(renderer))
+        for t in found
+        if t is not None and t.get_visible() and t.get_text().strip()
+    ]
+
+
+def overlaps(fig, slack: float = 1.0) -> list[tuple[str, str]]:
+    """The pairs of texts on `fig` whose drawn extents overlap (by more than `slack` pixels each
+    way): what a report must not show."""
+    shown = texts(fig)
+    out = []
+    for i, (a, box_a) in enumerate(shown):
+        for b, box_b in shown[i + 1 :]:
+            w = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+            h = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+            if w > slack and h > slack:
+                out.append((a.get_text(), b.get_text()))
+    return out
 
 
 def speed_quality(
@@ -85,10 +144,11 @@ def speed_quality(
     baseline: float | None = None,
     front: list[dict] | None = None,
     title: str = "",
-    annotate: bool = True,
+    annotate: bool | str = True,
     xlabel: str = "speedup over the vanilla large model (x)",
     reference: float | None = 1.0,
     xlim: tuple[float, float] | None = None,
+    focus: list[str] | None = None,
     ax=None,
 ):
     """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup,
@@ -96,6 +156,7 @@ def speed_quality(
     into `ax` (a panel of `panels`) when given, else into a figure of its own; returns the figure.
     """
     fig, ax = _figure() if ax is None else (ax.figure, ax)
+    chosen_label = False
     for color, (name, pts) in zip(COLORS, series.items()):
         if not pts:
             continue
@@ -114,7 +175,21 @@ def speed_quality(
             alpha=0.9,
             label=name,
         )
-        if annotate:
+        if annotate == "mark":  # the labelled points ringed by a star, named in the table
+            marked = [p for p in pts if p.get("label")]
+            ax.scatter(
+                [p["speedup"] for p in marked],
+                [p["score"] for p in marked],
+                marker="*",
+                s=160,
+                facecolors="none",
+                edgecolors=color,
+                linewidths=1.0,
+                zorder=4,
+                label="chosen (see the table)" if marked and not chosen_label else None,
+            )
+            chosen_label = chosen_label or bool(marked)
+        elif annotate:
             for p in pts:
                 if p.get("label"):
                     ax.annotate(
@@ -143,6 +218,34 @@ def speed_quality(
         ax.axvline(reference, color="black", lw=0.6, label=f"{reference:g}x (vanilla speed)")
     if xlim is not None:
         ax.set_xlim(*xlim)
+    if focus:  # the y axis fits these series and the baseline; points far below sit on its edge
+        ys = [
+            y
+            for name in focus
+            for p in series.get(name, ())
+            for y in (p["score_ci"][0], p["score_ci"][1])
+        ] + ([baseline] if baseline is not None else [])
+        if ys:
+            lo, hi = min(ys), max(ys)
+            pad = max((hi - lo) * 0.1, 0.05)
+            ax.set_ylim(lo - pad, hi + pad)
+            below = [
+                (p["speedup"], color, name)
+                for color, (name, pts) in zip(COLORS, series.items())
+                for p in pts
+                if p["score"] < lo - pad
+            ]
+            for x, color, _ in below:
+                ax.scatter([x], [lo - pad], marker="v", s=30, color=color, clip_on=False, zorder=3)
+            if below:
+                ax.scatter(
+                    [],
+                    [],
+                    marker="v",
+                    s=30,
+                    color="grey",
+                    label=f"{len(below)} point(s) below the axis",
+                )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     return _finish(ax, fig, title)
@@ -273,7 +376,7 @@ def measured_predicted(
     )
     ax.set_xlabel("predicted speedup (exact counts x calibrated costs)")
     ax.set_ylabel("measured speedup (x)")
-    return _finish(ax, fig, title)
+    return _finish(ax, fig, title, legend="below")
 
 
 def against_cost_ratio(
@@ -322,4 +425,55 @@ def against_cost_ratio(
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xlabel("cost ratio c (draft step / large one-token pass)")
     ax.set_ylabel("speedup over the vanilla large model (x)")
-    return _finish(ax, fig, title)
+    return _finish(ax, fig, title, legend="below")
+
+
+def dots(
+    labels: list[str],
+    series: dict[str, list[float]],
+    *,
+    xlabel: str,
+    title: str = "",
+    cis: dict[str, list] | None = None,
+    reference: float | None = None,
+):
+    """Values with their 95% intervals, one row per label (read top-down, labels never overlap),
+    one marker per series; the axis spans the values and their intervals (not from 0), so the
+    differences the intervals resolve show; NaN values are left out."""
+    import math
+
+    fig, ax = _figure(6.4, 0.9 + 0.32 * len(labels) * max(1, min(len(series), 3)) ** 0.5)
+    n = max(len(series), 1)
+    step = 0.7 / n
+    lo, hi = math.inf, -math.inf
+    for i, (color, (name, values)) in enumerate(zip(COLORS, series.items())):
+        ys = [j + (i - (n - 1) / 2) * step for j in range(len(labels))]
+        intervals = (cis or {}).get(name) or [None] * len(values)
+        keep = [j for j, v in enumerate(values) if v == v]
+        if not keep:
+            continue
+        xs = [values[j] for j in keep]
+        bands = [intervals[j] or (values[j], values[j]) for j in keep]
+        ax.errorbar(
+            xs,
+            [ys[j] for j in keep],
+            xerr=_errors(xs, bands),
+            fmt="o",
+            ms=4,
+            color=color,
+            ecolor=color,
+            elinewidth=1.0,
+            capsize=2,
+            label=name,
+        )
+        lo, hi = min(lo, *[b[0] for b in bands]), max(hi, *[b[1] for b in bands])
+    if reference is not None and lo <= reference * 1.05:
+        ax.axvline(reference, color="black", lw=0.6)
+        lo = min(lo, reference)
+    if lo < hi:
+        pad = (hi - lo) * 0.08
+        ax.set_xlim(lo - pad, hi + pad)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # the first label on top
+    ax.set_xlabel(xlabel)
+    return _finish(ax, fig, title, legend="below" if len(series) > 1 else False)

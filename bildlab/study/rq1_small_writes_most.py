@@ -7,14 +7,23 @@ from ..measure import summary as sm
 from ..measure.metrics import METRIC_NAMES
 from . import plots
 from .common import (
+    MAX_ROWS,
     Result,
+    Table,
+    bullets,
+    csv_note,
     n_text,
     pair_list,
+    pin_speed,
     policy_label,
     record_cells,
+    short_cells,
+    speed,
     speed_text,
     speedup_ci,
     to_table,
+    value,
+    write_csv,
 )
 
 
@@ -31,7 +40,7 @@ def rq1(
     share of the tokens, over fallback thresholds, with the small model alone and the large model
     alone as anchors: how much of the small-to-large quality gap BiLD closes."""
     sweep = sweep or ev.sweep  # the harness; a plan passes one that records instead of computing
-    rows, points, records, headline, sizes = [], {}, [], {}, {}
+    rows, points, records, headline, sizes, shown = [], {}, [], {}, {}, []
     for pair in pair_list(pairs):
         grid = [{"method": "small"}] + [{"fallback": f, "rollback": rollback} for f in fallbacks]
         recs = sweep(pair, grid, **run)
@@ -58,9 +67,38 @@ def rq1(
                 "gap closed": "0%",
             }
         )
+        metric = METRIC_NAMES[s0["metric"]]
+        shown.append(
+            {
+                "pair": pair,
+                "policy": "large model alone",
+                "large-model share": "100%",
+                "gap closed": "100%",
+                "N": str(s0["examples"]),
+                "quality": f"{value(s0['baseline_score'], s0['baseline_score_ci'])} {metric}",
+            }
+        )
+        shown.append(
+            {
+                "pair": pair,
+                "policy": "small model alone",
+                "large-model share": "0%",
+                "gap closed": "0%",
+                **short_cells(small),
+            }
+        )
         pts, gaps = [], {}
         for r in bild:
             gap, gap_ci = gaps[id(r)] = _gap_closed(r, small)
+            shown.append(
+                {
+                    "pair": pair,
+                    "policy": f"BiLD {policy_label(r)}",
+                    "large-model share": f"{1 - r['summary']['small_share']:.0%}",
+                    "gap closed": _gap_cell(gap, gap_ci),
+                    **short_cells(r),
+                }
+            )
             rows.append(
                 {
                     "pair": pair,
@@ -76,11 +114,11 @@ def rq1(
                     "score": 100 * gap,
                     "score_ci": [100 * gap_ci[0], 100 * gap_ci[1]],
                     "label": f"fb {r['key']['policy']['fallback']:g}"
-                    if r is bild[0] or r is bild[-1]
+                    if (r is bild[0] or r is bild[-1]) and not points  # the first pair's: no clash
                     else "",
                 }
             )
-        points[pair] = pts
+        points[f"{pair} ({n_text(s0)})"] = pts
         mid = min(bild, key=lambda r: abs(r["key"]["policy"]["fallback"] - 0.5))
         headline[pair] = {
             "small_share": mid["summary"]["small_share"],
@@ -110,14 +148,15 @@ def rq1(
         points,
         metric="small-to-large quality gap closed (%)",
         baseline=100.0,
-        title=f"BiLD over fallback thresholds (rollback {rollback:g}), "
-        + ", ".join(f"{n} ({pair})" for pair, n in sizes.items()),
+        title=f"BiLD over fallback thresholds (rollback {rollback:g})",
         xlabel="large model's share of the output tokens",
         reference=None,
         xlim=(-0.05, 1.05),
     )
     plots.save(fig, "rq1_token_share", figures)
-    parts = []
+    if len(shown) > MAX_ROWS:  # many pairs: the large model alone is in the full table
+        shown = [r for r in shown if r["policy"] != "large model alone"][:MAX_ROWS]
+    parts, lines, pins = [], [], []
     for pair, head in headline.items():
         mid, share, gap, gap_ci = (
             head.pop("record"),
@@ -135,10 +174,48 @@ def rq1(
             f"on {pair} ({n_text(mid['summary'])}), at fallback {head['fallback']:g} the small model "
             f"writes {share:.0%} of the tokens and {closes}"
         )
+        gap_words = (
+            f"BiLD closes {_gap_cell(gap, gap_ci)} of the quality gap between the small and the "
+            f"large model alone"
+            if gap == gap
+            else "the small model alone scores as the large (no gap to close)"
+        )
+        lines.append(
+            f"**{pair}** ({n_text(mid['summary'])}): the small model writes {share:.0%} of the "
+            f"tokens; {gap_words}, at {speed(mid, policy=False)}."
+        )
+        pins.append(
+            f"{pair}: small model writes {share:.1%}, gap closed {100 * gap:.1f}%, "
+            f"{pin_speed(mid)} at fb {head['fallback']:g}"
+        )
     most = [h["small_share"] >= 0.5 for h in headline.values()]
     verdict = "Yes" if all(most) else "No" if not any(most) else "On some pairs"
     answer = f"{verdict}: " + "; ".join(parts) + "."
-    return Result("RQ1", to_table(rows), fig, answer, headline, records)
+    fb = ", ".join(sorted({f"{h['fallback']:g}" for h in headline.values()}))
+    short = (
+        f"**{verdict}.** At fallback {fb} (rollback {rollback:g}), with 95% paired-bootstrap intervals:"
+        f"\n\n" + bullets(lines)
+    )
+    full = to_table(rows)
+    link = write_csv(full, "rq1_token_share", figures)
+    return Result(
+        "RQ1",
+        full,
+        fig,
+        short,
+        headline,
+        records,
+        summary=Table(shown),
+        details=[csv_note(link, len(full), "every column of every policy")],
+        pin="\n".join(pins),
+        account=answer,
+    )
+
+
+def _gap_cell(gap: float, ci) -> str:
+    if gap != gap:
+        return "no gap"
+    return value(100 * gap, [100 * ci[0], 100 * ci[1]], "%", default=0)
 
 
 def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
@@ -149,8 +226,10 @@ def _gap_closed(bild: dict, small: dict) -> tuple[float, tuple[float, float]]:
 
     from ..measure import intervals, metrics
 
-    if bild.get("placeholder"):  # planning: nothing was decoded
-        return 0.0, (0.0, 0.0)
+    outputs = [[e[f] for e in rec["examples"]] for rec, f in ((bild, "output"), (small, "output"))]
+    if outputs[0] == outputs[1] == [e["baseline_output"] for e in bild["examples"]]:
+        nan = float("nan")  # the three systems wrote the same: no gap, nothing to score
+        return nan, (nan, nan)
     key = bild["key"]
     refs = [
         ex["target"] for ex in ev.tasks.load_task(key["task"], key["split"], limit=key["limit"])

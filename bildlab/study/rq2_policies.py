@@ -9,13 +9,19 @@ from . import plots
 from .common import (
     INF,
     Result,
+    Table,
+    against,
     bild_grid,
     each_pair,
+    front_rows,
     n_text,
     on_test,
+    pin_speed,
     plot_point,
     policy_label,
     record_cells,
+    short_cells,
+    speed,
     speed_text,
     speedup_ci,
     validation_run,
@@ -77,7 +83,9 @@ def rq2(
             },
             metric=metric,
             baseline=s0["baseline_score"],
+            annotate="mark",
             front=[plot_point(r) for r in front],
+            focus=["fallback + rollback", "rollback only"],
             ax=ax,
             title=f"{pair}: fallback x rollback ({val_split}, {n_text(s0)})",
         )
@@ -90,7 +98,7 @@ def rq2(
             for kind in ("fallback only", "rollback only")
         }
         n_test = next((n_text(t["summary"]) for t in test.values() if t), "N = 0")
-        answer = (
+        account = (
             f"On {pair}, the fastest policy of each kind within {tolerance:g} {metric} point of vanilla on "
             f"{val_split} ({n_text(s0)}), reported on {run.get('split', 'test')} ({n_test}): "
             + "; ".join(f"{kind}: {speed_text(t)}" for kind, t in test.items())
@@ -104,6 +112,54 @@ def rq2(
             "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
             "test": {k: speedup_ci(t) for k, t in test.items()},
         }
-        return rows, val + [t for t in test.values() if t], headline, answer
+        fr = test["fallback + rollback"]
+        line = (
+            f"**{pair}** ({n_test}): fallback + rollback {speed(fr, policy=False)}, "
+            + " and ".join(
+                against(fr, test[kind], kind) if fr is not None else f"{kind} {speed(test[kind])}"
+                for kind in ("rollback only", "fallback only")
+            )
+            + "."
+        )
+        kind_of = {id(r): kind for kind, recs in by_kind.items() for r in recs}
+        shown = [
+            {
+                "pair": pair,
+                "policy": kind,
+                "thresholds": policy_label(t) if t else "none qualifies",
+                **(short_cells(t) if t else {}),
+            }
+            for kind, t in test.items()
+        ]
+        details = [
+            f"**{pair}**: the {min(len(front), 25)} fastest of the {len(front)} policies not "
+            f"dominated on {val_split} ({n_text(s0)}; {both} with both thresholds)",
+            Table(
+                front_rows(
+                    pair,
+                    val,
+                    lambda r: f"{kind_of[id(r)]}: {policy_label(r)}",
+                    [b for b in best.values() if b],
+                )
+            ),
+        ]
+        pin = f"{pair}: " + "; ".join(
+            f"{kind} {headline['chosen'][kind] or 'none'} {pin_speed(t)}"
+            for kind, t in test.items()
+        )
+        return {
+            "rows": rows,
+            "records": val + [t for t in test.values() if t],
+            "headline": headline,
+            "account": account,
+            "line": line,
+            "shown": shown,
+            "pin": pin,
+            "details": details,
+        }
 
-    return each_pair("RQ2", "rq2_policies", pairs, figures, one)
+    lead = (
+        f"Per kind, the fastest policy within {tolerance:g} quality point of vanilla on {val_split}, "
+        f"reported on {run.get('split', 'test')} (95% intervals; paired differences):"
+    )
+    return each_pair("RQ2", "rq2_policies", pairs, figures, one, lead)

@@ -6,10 +6,17 @@ from ..harness import evaluate as ev
 from ..measure import summary as sm
 from .common import (
     Result,
+    Table,
+    against,
     bild_grid,
     draft_sweep,
     each_pair,
+    front_rows,
+    n_text,
+    pin_speed,
     policy_label,
+    short_cells,
+    speed,
     speed_text,
     speedup_ci,
     versus_text,
@@ -49,21 +56,80 @@ def rq3(
             **run,
         )
         best, agree = d["best"], _agreement(pair)
-        answer = (
+        matched = _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split)
+        account = (
             f"On {pair}: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned "
             f"{agree.get('unaligned', float('nan')):.1%}, aligned {agree.get('aligned', float('nan')):.1%}. "
             f"The {d['within']}: aligned {speed_text(best['aligned'])}, unaligned {speed_text(best['unaligned'])}: "
             f"{versus_text(best['aligned'], best['unaligned'], ('the aligned', 'the unaligned'))}. "
-            + _matched(d["by"]["aligned"], d["by"]["unaligned"], val_split)
+            + matched
         )
         headline = {
             "agreement": agree,
             "chosen": {k: (policy_label(b) if b else None) for k, b in best.items()},
             "speedup_within_tolerance": {k: speedup_ci(b) for k, b in best.items()},
         }
-        return d["rows"], d["records"], headline, answer
+        a, u = best["aligned"], best["unaligned"]
+        n_test = next((n_text(t["summary"]) for t in best.values() if t), "N = 0")
+        agreement = (
+            f"agreement with the large model {agree['unaligned']:.1%} unaligned, "
+            f"{agree['aligned']:.1%} aligned; "
+            if "aligned" in agree and "unaligned" in agree
+            else ""
+        )
+        line = (
+            f"**{pair}** ({n_test}): {agreement}aligned {speed(a, policy=False)}, "
+            f"{against(a, u, 'the unaligned') if a else 'no aligned policy qualifies'} "
+            f"at {speed(u, policy=False)}."
+        )
+        shown = [
+            {
+                "pair": pair,
+                "small model": label,
+                "agreement": f"{agree[label]:.1%}" if label in agree else "",
+                "thresholds": policy_label(t) if t else "none qualifies",
+                **(short_cells(t) if t else {}),
+            }
+            for label, t in best.items()
+        ]
+        draft_of = {id(r): label for label, rs in d["by"].items() for r in rs}
+        details = [
+            f"**{pair}**: the policies not dominated on {val_split}, both small models together. "
+            + matched,
+            Table(
+                front_rows(
+                    pair,
+                    d["records"][: sum(len(rs) for rs in d["by"].values())],
+                    lambda r: f"{draft_of[id(r)]}: {policy_label(r)}",
+                    [b for b in best.values() if b],
+                )
+            ),
+        ]
+        pin = (
+            f"{pair}: agreement "
+            + ", ".join(f"{k} {v:.4f}" for k, v in agree.items())
+            + "; "
+            + "; ".join(
+                f"{k} {headline['chosen'][k] or 'none'} {pin_speed(b)}" for k, b in best.items()
+            )
+        )
+        return {
+            "rows": d["rows"],
+            "records": d["records"],
+            "headline": headline,
+            "account": account,
+            "line": line,
+            "shown": shown,
+            "pin": pin,
+            "details": details,
+        }
 
-    return each_pair("RQ3", "rq3_alignment", pairs, figures, one)
+    lead = (
+        f"With each small model, the fastest policy within {tolerance:g} quality point of the vanilla "
+        f"large model on {val_split}, reported on {run.get('split', 'test')} (95% intervals; the "
+        f"aligned against the unaligned by paired differences):"
+    )
+    return each_pair("RQ3", "rq3_alignment", pairs, figures, one, lead)
 
 
 def _agreement(pair: str) -> dict:
@@ -87,11 +153,7 @@ def _matched(aligned: list[dict], unaligned: list[dict], split: str) -> str:
     """Aligned against unaligned at the same policy, where both are lossless (so their outputs are
     the same and only speed differs), each pair of records by its paired speed difference on the
     shared validation examples."""
-    pairs = [
-        (a, u)
-        for a, u in zip(aligned, unaligned)
-        if sm.lossless(a) and sm.lossless(u) and not a.get("placeholder")
-    ]
+    pairs = [(a, u) for a, u in zip(aligned, unaligned) if sm.lossless(a) and sm.lossless(u)]
     if not pairs:
         return f"No policy keeps every output identical to vanilla's for both on {split}."
     diffs = [sm.speed_difference(a, u) for a, u in pairs]

@@ -133,7 +133,7 @@ def run_study(
     plan = []
     for name in chosen:
         path = NOTEBOOKS / f"{name}.ipynb"
-        allowed = set(pm.inspect_notebook(str(path)))
+        allowed = set(pm.inspect_notebook(str(path))) | set(notebook_defaults(name))
         params = {**profile_params(profile, name), **extra}
         if profile != "toy":  # paper runs keep their own registry and figures
             params.setdefault("registry", f"../results/{profile}")
@@ -320,14 +320,20 @@ def replay_note(registries, recompute: bool = False) -> str:
     return f"[study] {total} records in the registry; {n} were made with other library versions: {made}; {todo}"
 
 
+RUN_SETTINGS = "run-settings"  # the tag of the (collapsed) cell of run settings before `parameters`
+
+
 def notebook_defaults(name: str) -> dict:
-    """The stored parameters of a study notebook (its `parameters` cell, evaluated)."""
+    """The stored parameters of a study notebook (its run-settings cell and its `parameters` cell,
+    evaluated: papermill sets either's)."""
     import nbformat
 
     nb = nbformat.read(str(NOTEBOOKS / f"{name}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     values: dict = {}
-    exec(cell.source, {}, values)
+    for tag in (RUN_SETTINGS, "parameters"):
+        for cell in nb.cells:
+            if tag in cell.metadata.get("tags", []):
+                exec(cell.source, {}, values)
     return values
 
 

@@ -9,17 +9,26 @@ from ..measure import summary as sm
 from . import plots
 from .common import (
     Result,
+    Table,
+    against,
+    bullets,
+    csv_note,
     lookup_entry,
     lookup_sweep,
     n_text,
     pair_list,
+    pin_speed,
     policy_label,
     record_cells,
+    short_cells,
+    speed,
     speed_text,
     speedup_ci,
     to_table,
     tokens_per_call,
+    value,
     versus_text,
+    write_csv,
 )
 from .compiled import against_compiled
 
@@ -112,7 +121,7 @@ def speculative(
             "tokens / large call": tokens_per_call(bild),
         }
     )
-    ref, versus, lookups, looked = [], [], {}, []
+    ref, versus, lookups, looked, beside = [], [], {}, [], []
 
     # prompt lookup on pair p: validation grid, the chosen on test, against `rivals`
     def lookup(p, rivals):
@@ -137,6 +146,9 @@ def speculative(
             p, [lookup_entry(best)] + [lookup_entry(best, "hf_prompt_lookup")] * decoder_only, **run
         )
         t = tests[0]
+        beside.append(_beside(p, "prompt lookup (no small model)", t))
+        if decoder_only:
+            beside.append(_beside(p, "transformers' prompt lookup", tests[1]))
         rows.append(
             {
                 "pair": p,
@@ -166,6 +178,7 @@ def speculative(
         )
         versus.append(text + ".")
         lookups[p] = {
+            "record": t,
             "policy": policy_label(t),
             "speedup": speedup_ci(t),
             "identical": s["identical_count"],
@@ -202,6 +215,7 @@ def speculative(
             f"{versus_text(spec, ref_bild, ('speculative decoding', 'BiLD'))}."
         )
         ref += [spec, ref_bild]
+        beside += [_beside(ref_pair, "speculative", spec), _beside(ref_pair, "BiLD", ref_bild)]
         lookup(ref_pair, [("speculative k=4", spec), ("BiLD", ref_bild)])
     table = to_table(rows)
     series, cis = {}, {}
@@ -263,9 +277,97 @@ def speculative(
             sweep=sweep,
             **run,
         )
-    return Result(
-        "speculative pipeline", table, fig, answer, headline, recs + ref + looked, sections
+    at_best = assisted[list(ks).index(best_k)]
+    lines = [
+        f"Fastest at k = {best_k}: {speed(best, policy=False)}"
+        + (f", {against(best, rival, f'k = {rival_k}')}" if rival else "")
+        + ".",
+        f"transformers' assisted generation at k = {best_k}: {speed(at_best, policy=False)}; "
+        f"BiLD ({policy_label(bild)}) on the same examples: {speed(bild, policy=False)}.",
+    ]
+    if pair in lookups:
+        lk = lookups[pair]["record"]
+        lines.append(
+            f"Prompt lookup (no small model, {policy_label(lk)}): {speed(lk, policy=False)}; "
+            f"k = {best_k} is {against(best, lk, 'prompt lookup')}."
+        )
+    short = (
+        f"Greedy speculative decoding on {pair} is lossless: {identical} of {total} outputs identical "
+        f"to the large model's (N = {best['summary']['examples']} per k). With 95% intervals:\n\n"
+        + bullets(lines)
     )
+    shown = [
+        {
+            "method": mode,
+            "k": k,
+            "acceptance a": f"{sm.acceptance(r):.2f}",
+            "tokens / large call": _two(tokens_per_call(r)),
+            "expected tokens / call": f"{sm.expected_tokens_per_call(sm.acceptance(r), k):.2f}",
+            "speedup": value(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x"),
+            "expected speedup": f"{_expected(r, k):.2f}x",
+            "identical to vanilla": f"{r['summary']['identical_count']}/{r['summary']['examples']}",
+        }
+        for mode, group in (("greedy", greedy), (f"sampling (T={temperature:g})", sampled))
+        for k, r in zip(ks, group)
+    ] + [
+        {
+            "method": "transformers assisted",
+            "k": k,
+            "tokens / large call": _two(tokens_per_call(r)),
+            "speedup": value(r["summary"]["speedup"], r["summary"]["speedup_ci"], "x"),
+            "identical to vanilla": f"{r['summary']['identical_count']}/{r['summary']['examples']}",
+        }
+        for k, r in zip(ks, assisted)
+    ]
+    full = table
+    link = write_csv(full, "speculative_pipeline", figures)
+    pins = [
+        f"{pair}: {identical}/{total} greedy outputs identical; fastest k = {best_k} {pin_speed(best)}"
+    ] + [f"{p} prompt lookup {v['policy']}: {pin_speed(v['record'])}" for p, v in lookups.items()]
+    for v in lookups.values():
+        v.pop("record")
+    details = []
+    if beside:
+        details += [
+            "**On every pair, beside the two-model methods**: prompt lookup (no small model; n and k "
+            "chosen on validation) and, on the T5 pairs, fixed-k speculative decoding (k = 4) next to "
+            "BiLD, on the same test examples.",
+            Table(beside),
+        ]
+    details += [
+        csv_note(link, len(full), "with every validation row of prompt lookup and every column"),
+    ]
+    return Result(
+        "speculative pipeline",
+        table,
+        fig,
+        short,
+        headline,
+        recs + ref + looked,
+        sections,
+        summary=Table(shown),
+        details=[d for d in details if d],
+        pin="\n".join(pins),
+        account=answer,
+    )
+
+
+def _two(x) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _expected(r: dict, k: int) -> float:
+    return sm.expected_speedup(sm.acceptance(r), k, sm.cost_ratio(r), sm.verify_cost(r, k))
+
+
+def _beside(pair: str, method: str, record: dict) -> dict:
+    return {
+        "pair": pair,
+        "method": method,
+        "policy": policy_label(record),
+        **short_cells(record),
+        "identical to vanilla": f"{record['summary']['identical_count']}/{record['summary']['examples']}",
+    }
 
 
 def _by_position(record: dict) -> str | None:
