@@ -24,74 +24,10 @@ from .common import (
     record_cells,
     to_table,
     validation_run,
-    value,
     versus_text,
     write_csv,
 )
-
-# The paper's main table (Kim et al. 2023, Table 2; thresholds (alpha_RB, alpha_FB) as reported by a
-# reproduction).
-PAPER_TABLE = {
-    "iwslt2017-de-en": {
-        "vanilla": (40.32, 1.0),
-        "unaligned": (40.33, 1.43, (2, 0.6)),
-        "unaligned degraded": (39.44, 1.58, (3, 0.5)),
-        "aligned": (40.24, 1.62, (3, 0.9)),
-        "aligned degraded": (39.13, 1.78, (4, 0.6)),
-    },
-    "wmt14-de-en": {
-        "vanilla": (31.38, 1.0),
-        "unaligned": (31.28, 1.34, (2, 0.6)),
-        "unaligned degraded": (30.47, 1.43, (3, 0.5)),
-        "aligned": (31.26, 1.47, (2, 0.8)),
-        "aligned degraded": (30.33, 1.70, (5, 0.6)),
-    },
-    "xsum": {
-        "vanilla": (35.08, 1.0),
-        "unaligned": (35.12, 1.48, (3, 0.5)),
-        "unaligned degraded": (34.02, 1.72, (5, 0.3)),
-        "aligned": (35.05, 1.50, (2, 0.6)),
-        "aligned degraded": (33.95, 1.80, (5, 0.4)),
-    },
-    "cnn_dailymail": {
-        "vanilla": (41.54, 1.0),
-        "unaligned": (41.44, 1.71, (3, 0.4)),
-        "unaligned degraded": (40.57, 2.05, (6, 0.2)),
-        "aligned": (41.52, 1.85, (3, 0.3)),
-        "aligned degraded": (40.96, 2.12, (6, 0.2)),
-    },
-}
-
-
-def paper_table():
-    """The paper's main table (PAPER_TABLE) as printed, for the shape of RQ5's rows: per task, each
-    row's quality (BLEU or ROUGE-L) / speedup over the vanilla large model, with its (rb, fb); the
-    paper has no lossless rows."""
-    rows = []
-    for row in ROWS:
-        entry = {"row": row}
-        for task, table in PAPER_TABLE.items():
-            v = table.get(row)
-            entry[task] = (
-                "–"
-                if v is None
-                else f"{v[0]:.2f} / {v[1]:.2f}x" + (f" at {v[2]}" if len(v) > 2 else "")
-            )
-        rows.append(entry)
-    return to_table(rows).set_index("row")
-
-
-ROWS = (
-    "vanilla",
-    "unaligned lossless",
-    "unaligned",
-    "unaligned degraded",
-    "aligned lossless",
-    "aligned",
-    "aligned degraded",
-)
-# a reference row: no small model at all (with lookup_ngrams, lookup_ks)
-LOOKUP_ROW = "prompt lookup (no small model)"
+from .rq5_rows import LOOKUP_ROW, PAPER_TABLE, ROWS, compact, paper_table
 
 
 def rq5(
@@ -336,7 +272,7 @@ def rq5(
     frame = to_table(table)
     first_cols = [c for c in ("pair", "row", "(rb, fb)", "N") if c in frame.columns]
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
-    shown, lines, pins = _compact(headline, passes)
+    shown, lines, pins = compact(headline, passes)
     short = (
         f"Each row's policy chosen on {val_split}, reported on {run.get('split', 'test')} with 95% "
         f"intervals (timing pass 1 of {passes}: all in the table); rows that chose the same policy are "
@@ -363,99 +299,6 @@ def rq5(
         pin="\n".join(pins),
         account=answer,
     )
-
-
-def _paper_cell(pair: str, rows: list[str]) -> str:
-    """The paper's numbers for `rows` beside ours: its row on the same task where the paper reports
-    one, else the range of its speedups over its four tasks (the paper has no lossless rows)."""
-    cells = []
-    for row in rows:
-        if pair in PAPER_TABLE:
-            v = PAPER_TABLE[pair].get(row)
-            if v:
-                cells.append(f"{v[0]:.2f} / {v[1]:.2f}x")
-            continue
-        speeds = [t[row][1] for t in PAPER_TABLE.values() if row in t]
-        if speeds and row != "vanilla":
-            cells.append(f"{_row_name(row)} {min(speeds):.2f}–{max(speeds):.2f}x")
-    return "; ".join(cells)
-
-
-def _row_name(row: str) -> str:
-    """A row's kind: 'lossless', 'no loss' or 'degraded'."""
-    return row.split(" ", 1)[1] if " " in row else "no loss"
-
-
-def _compact(headline: dict, passes: int) -> tuple[list[dict], list[str], list[str]]:
-    """The main table as shown: per task the vanilla row, then one row per distinct policy of each
-    small model (the rows that chose it named together, e.g. 'lossless = no loss = degraded'), the
-    quality in one column with its metric, the paper's numbers beside; the answer's lines and the
-    pin's."""
-    shown, lines, pins = [], [], []
-    for pair, h in headline.items():
-        metric = METRIC_NAMES[ev.tasks.task_metric(task_of(pair))]
-        if "vanilla" in h:
-            v = h["vanilla"]
-            shown.append(
-                {
-                    "task": pair,
-                    "rows": "vanilla large model",
-                    "quality": f"{value(v['score'], v['score_ci'])} {metric}",
-                    "speedup, pass 1": "1x",
-                    "paper": _paper_cell(pair, ["vanilla"]),
-                }
-            )
-        groups: dict = {}
-        for row in ROWS[1:] + (LOOKUP_ROW,):
-            if row in h:
-                model = row.split()[0] if row != LOOKUP_ROW else LOOKUP_ROW
-                groups.setdefault((model, str(h[row]["policy"])), []).append(row)
-        parts = []
-        for (model, _), rows in groups.items():
-            x = h[rows[0]]
-            name = (
-                model
-                if model == LOOKUP_ROW
-                else f"{model}: " + " = ".join(_row_name(r) for r in rows)
-            )
-            lossless = x["identical"] == x["examples"]
-            delta = (
-                "identical outputs" if lossless else value(x["delta"], x["delta_ci"], signed=True)
-            )
-            policy = x["policy"] if isinstance(x["policy"], str) else tuple(x["policy"])
-            n = (
-                x["examples"]
-                if x["timed"] == x["examples"]
-                else f"{x['examples']} ({x['timed']} timed)"
-            )
-            shown.append(
-                {
-                    "task": pair,
-                    "rows": name,
-                    "(rb, fb)": str(policy),
-                    "N": str(n),
-                    "quality": f"{value(x['score'], x['score_ci'])} {metric}",
-                    "Δ quality": delta,
-                    **{
-                        f"speedup, pass {p + 1}": value(v, ci, "x")
-                        for p, (v, ci) in enumerate(zip(x["speedups"], x["speedup_cis"]))
-                    },
-                    "identical to vanilla": f"{x['identical']}/{x['examples']}",
-                    "paper": _paper_cell(pair, [] if model == LOOKUP_ROW else rows),
-                }
-            )
-            speeds = value(x["speedups"][0], x["speedup_cis"][0], "x")  # pass 1; all in the table
-            parts.append(f"{name} {speeds} ({'lossless' if lossless else delta + ' ' + metric})")
-            pins.append(
-                f"{pair} {name}: {policy} "
-                + " ".join(sm.fmt(v, ci, "x", 3) for v, ci in zip(x["speedups"], x["speedup_cis"]))
-                + f", identical {x['identical']}/{x['examples']}"
-            )
-        lines.append(f"**{pair}**: " + ("; ".join(parts) or "no BiLD policy qualifies") + ".")
-    cols = ["task", "rows", "(rb, fb)", "N", "quality", "Δ quality"]
-    cols += [f"speedup, pass {p + 1}" for p in range(passes)] + ["identical to vanilla", "paper"]
-    shown = [{c: r.get(c, "") for c in cols} for r in shown]
-    return shown, lines, pins
 
 
 def choose_rows(val: list[dict], size: int, tolerance: float, degraded_tolerance: float) -> dict:
