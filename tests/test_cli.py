@@ -422,7 +422,7 @@ def test_a_failed_notebook_is_one_line_naming_the_cell_and_the_exception(tmp_pat
     ]
     failed = tmp_path / "run" / ".rq1_small_writes_most.failed.ipynb"
     assert lines[-1] == (
-        f"bildlab study: rq1_small_writes_most failed in cell 3: FileNotFoundError: toy tokenizer "
+        f"bildlab study: rq1_small_writes_most failed in cell 4: FileNotFoundError: toy tokenizer "
         f"missing at {empty}/tokenizer; rebuild the zoo with `bildlab zoo`; the executed notebook: "
         f"{failed}"
     )

@@ -1,8 +1,13 @@
 """Text a reader could not read on a figure: every piece of text drawn (titles, axis labels, the
-tick labels in view, legends, annotations) and the pairs that overlap. `plots.save` refuses a
-figure with any."""
+tick labels in view, legends, annotations) and the pairs that overlap. `plots.save` warns of a
+figure with any (`FigureTextWarning`), and writes it: a long run's figure is kept, never lost to a
+label; the tests turn the warning into an error, so no committed figure has one."""
 
 from __future__ import annotations
+
+
+class FigureTextWarning(UserWarning):
+    """Texts on a saved figure overlap (which ones: the message)."""
 
 
 def texts(fig) -> list:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 from ..atomic import atomic_path
-from .figcheck import overlaps, texts  # noqa: F401
+from .figcheck import FigureTextWarning, overlaps, texts  # noqa: F401
 
 PNG_META = {"Software": None}
 PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -37,10 +38,10 @@ def panels(n: int, width: float = 6.4, height: float = 4.0):
 
 def save(fig, name: str, folder: str | os.PathLike = "figures") -> list[Path]:
     """Write `fig` as folder/name.png and folder/name.pdf; each file appears whole or not at all. A
-    figure whose texts overlap (`overlaps`) is refused, a ValueError naming them."""
+    figure whose texts overlap (`overlaps`) is written with a FigureTextWarning naming them."""
     clash = overlaps(fig)
     if clash:
-        raise ValueError(f"figure {name}: overlapping text {clash[:5]}")
+        warnings.warn(f"figure {name}: overlapping text {clash[:5]}", FigureTextWarning, 2)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -160,7 +160,7 @@ def run_study(
         target = out / f"{name}.ipynb"
         tmp = out / f".{name}.running.ipynb"
         try:
-            with kernel_config() as kernel:
+            with kernel_config() as kernel, _quiet_run_settings(name):
                 pm.execute_notebook(
                     str(path),
                     str(tmp),
@@ -195,6 +195,26 @@ def run_study(
     if stored and set(chosen) == set(known):
         update_readme()  # the README's table of toy results, regenerated from the registry
     return written
+
+
+@contextmanager
+def _quiet_run_settings(name: str):
+    """Papermill warns of every parameter outside the `parameters` cell ("Passed unknown
+    parameter"); the run settings live in the cell before it, and `check_params` has already
+    refused what neither cell has, so those warnings say nothing."""
+    import logging
+
+    settings = {f"Passed unknown parameter: {p}" for p in notebook_defaults(name)}
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.getMessage() not in settings
+
+    log = logging.getLogger("papermill")
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def _plain(text: str) -> str:
