@@ -116,9 +116,9 @@ def speed_quality(
     ax=None,
 ):
     """Speedup (x) against quality (y), both with 95% intervals. Each point is a dict with speedup,
-    speedup_ci, score, score_ci and an optional label; the points not dominated are ringed. Drawn
-    into `ax` (a panel of `panels`) when given, else into a figure of its own; returns the figure.
-    """
+    speedup_ci, score, score_ci and an optional label (written to the point's right, or left with
+    label_side="left"); the points not dominated are ringed. Drawn into `ax` (a panel of
+    `panels`) when given, else into a figure of its own; returns the figure."""
     fig, ax = _figure() if ax is None else (ax.figure, ax)
     chosen_label = False
     for color, (name, pts) in zip(COLORS, series.items()):
@@ -156,11 +156,13 @@ def speed_quality(
         elif annotate:
             for p in pts:
                 if p.get("label"):
+                    left = p.get("label_side") == "left"  # e.g. a point at the axis' right end
                     ax.annotate(
                         p["label"],
                         (p["speedup"], p["score"]),
                         textcoords="offset points",
-                        xytext=(4, 3),
+                        xytext=(-4 if left else 4, 3),
+                        ha="right" if left else "left",
                         fontsize=6,
                         color=color,
                     )

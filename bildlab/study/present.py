@@ -187,13 +187,13 @@ def n_cell(summary: dict) -> str:
     return f"{summary['examples']}" + (f" ({timed} timed)" if timed is not None else "")
 
 
-def short_cells(record: dict, *, quality: bool = True) -> dict:
+def short_cells(record: dict, *, quality: bool = True, per_call: bool = True) -> dict:
     """A record's few numbers for a compact table: N, quality and its change against vanilla (the
-    metric named in the cell), speedup, tokens per large-model call, each value with its interval
-    to the digits the interval supports."""
+    metric named in the cell), speedup, tokens per large-model call (unless `per_call` is False),
+    each value with its interval to the digits the interval supports."""
     s = record["summary"]
     metric = METRIC_NAMES.get(s["metric"], s["metric"])
-    per_call = tokens_per_call(record)
+    calls = tokens_per_call(record)
     return {
         "N": n_cell(s),
         **(
@@ -207,7 +207,7 @@ def short_cells(record: dict, *, quality: bool = True) -> dict:
             else {}
         ),
         "speedup": value(s["speedup"], s["speedup_ci"], "x"),
-        "tokens / large call": "" if per_call is None else f"{per_call:.2f}",
+        **({"tokens / large call": "" if calls is None else f"{calls:.2f}"} if per_call else {}),
     }
 
 

@@ -84,7 +84,7 @@ def rq1(
                 "policy": "small model alone",
                 "large-model share": "0%",
                 "gap closed": "0%",
-                **short_cells(small),
+                **short_cells(small, per_call=False),
             }
         )
         pts, gaps = [], {}
@@ -96,7 +96,7 @@ def rq1(
                     "policy": f"BiLD {policy_label(r)}",
                     "large-model share": f"{1 - r['summary']['small_share']:.0%}",
                     "gap closed": _gap_cell(gap, gap_ci),
-                    **short_cells(r),
+                    **short_cells(r, per_call=False),
                 }
             )
             rows.append(
@@ -116,6 +116,7 @@ def rq1(
                     "label": f"fb {r['key']['policy']['fallback']:g}"
                     if (r is bild[0] or r is bild[-1]) and not points  # the first pair's: no clash
                     else "",
+                    "label_side": "left" if r is bild[0] else "right",  # off the next points
                 }
             )
         points[f"{pair} ({n_text(s0)})"] = pts
@@ -142,6 +143,7 @@ def rq1(
             "score": 100.0,
             "score_ci": [100.0, 100.0],
             "label": "large alone",
+            "label_side": "left",  # inside the axes
         },
     ]
     fig = plots.speed_quality(

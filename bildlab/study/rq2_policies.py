@@ -144,7 +144,7 @@ def rq2(
             ),
         ]
         pin = f"{pair}: " + "; ".join(
-            f"{kind} {headline['chosen'][kind] or 'none'} {pin_speed(t)}"
+            f"{kind} ({headline['chosen'][kind]}) {pin_speed(t)}" if t else f"{kind}: none"
             for kind, t in test.items()
         )
         return {

@@ -105,12 +105,13 @@ def rq3(
                 )
             ),
         ]
-        pin = (
-            f"{pair}: agreement "
+        pin = (  # two headlines, a line each
+            f"{pair} agreement: "
             + ", ".join(f"{k} {v:.4f}" for k, v in agree.items())
-            + "; "
+            + f"\n{pair} speed: "
             + "; ".join(
-                f"{k} {headline['chosen'][k] or 'none'} {pin_speed(b)}" for k, b in best.items()
+                f"{k} ({headline['chosen'][k]}) {pin_speed(b)}" if b else f"{k}: none"
+                for k, b in best.items()
             )
         )
         return {

@@ -89,7 +89,7 @@ def rq4(
                 "cost ratio c": f"{costs[label]:.2f}",
                 "acceptance": f"{accept[label]:.1%}",
                 "thresholds": policy_label(t) if t else "none qualifies",
-                **(short_cells(t) if t else {}),
+                **(short_cells(t, per_call=False) if t else {}),
             }
             for label, t in best.items()
         ]
