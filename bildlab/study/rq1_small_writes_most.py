@@ -71,7 +71,7 @@ def rq1(
         shown.append(
             {
                 "pair": pair,
-                "policy": "large model alone",
+                "policy": "large alone",
                 "large-model share": "100%",
                 "gap closed": "100%",
                 "N": str(s0["examples"]),
@@ -81,7 +81,7 @@ def rq1(
         shown.append(
             {
                 "pair": pair,
-                "policy": "small model alone",
+                "policy": "small alone",
                 "large-model share": "0%",
                 "gap closed": "0%",
                 **short_cells(small, per_call=False),
@@ -93,7 +93,8 @@ def rq1(
             shown.append(
                 {
                     "pair": pair,
-                    "policy": f"BiLD {policy_label(r)}",
+                    # the rollback is the question's one value (the answer and the figure say it)
+                    "policy": f"BiLD fb {r['key']['policy']['fallback']:g}",
                     "large-model share": f"{1 - r['summary']['small_share']:.0%}",
                     "gap closed": _gap_cell(gap, gap_ci),
                     **short_cells(r, per_call=False),
@@ -157,7 +158,7 @@ def rq1(
     )
     plots.save(fig, "rq1_token_share", figures)
     if len(shown) > MAX_ROWS:  # many pairs: the large model alone is in the full table
-        shown = [r for r in shown if r["policy"] != "large model alone"][:MAX_ROWS]
+        shown = [r for r in shown if r["policy"] != "large alone"][:MAX_ROWS]
     parts, lines, pins = [], [], []
     for pair, head in headline.items():
         mid, share, gap, gap_ci = (
