@@ -143,8 +143,9 @@ def rq2(
                 )
             ),
         ]
-        pin = f"{pair}: " + "; ".join(
-            f"{kind} ({headline['chosen'][kind]}) {pin_speed(t)}" if t else f"{kind}: none"
+        pin = "\n".join(  # a line per kind
+            f"{pair} {kind}: "
+            + (f"{headline['chosen'][kind]}, {pin_speed(t)}" if t else "none qualifies")
             for kind, t in test.items()
         )
         return {

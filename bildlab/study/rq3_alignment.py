@@ -110,7 +110,7 @@ def rq3(
             + ", ".join(f"{k} {v:.4f}" for k, v in agree.items())
             + f"\n{pair} speed: "
             + "; ".join(
-                f"{k} ({headline['chosen'][k]}) {pin_speed(b)}" if b else f"{k}: none"
+                f"{k} ({headline['chosen'][k]}) {pin_speed(b)}" if b else f"{k}: none qualifies"
                 for k, b in best.items()
             )
         )
