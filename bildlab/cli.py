@@ -390,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         default="full",
         choices=("full", "smoke"),
-        help="full: the shipped zoo (about 8.5 hours on 2 cores with --jobs 2 and --v2-from, "
-        "see docs/toy-world.md); smoke: a miniature of minutes, needs --out",
+        help="full: the shipped zoo (an estimated 2-3 hours on 2 cores with --jobs 2 and "
+        "--v2-from, 3-4 hours without; see docs/toy-world.md); smoke: a 2-minute miniature, "
+        "needs --out",
     )
     zoo.add_argument(
         "--v2-from",
