@@ -114,15 +114,15 @@ def train_batch(pair, llama: bool, batch_tokens: int = 1600):
         pairs = [(s[:-1] + [pair.tokenizer.sep_token_id], t) for s, t in pairs]
     batch = train.batches(pairs, batch_tokens, seed=0)[0]  # the seeded plan's first batch
     if llama:
-        ids = train._pad([pairs[i][0] + pairs[i][1] for i in batch], 0)
-        labels = train._pad([[-100] * len(pairs[i][0]) + pairs[i][1] for i in batch], -100)
-        mask = train._pad([[1] * (len(pairs[i][0]) + len(pairs[i][1])) for i in batch], 0)
+        ids = train.pad_rows([pairs[i][0] + pairs[i][1] for i in batch], 0)
+        labels = train.pad_rows([[-100] * len(pairs[i][0]) + pairs[i][1] for i in batch], -100)
+        mask = train.pad_rows([[1] * (len(pairs[i][0]) + len(pairs[i][1])) for i in batch], 0)
         return dict(input_ids=ids, attention_mask=mask, labels=labels)
-    src = train._pad([pairs[i][0] for i in batch], 0)
+    src = train.pad_rows([pairs[i][0] for i in batch], 0)
     return dict(
         input_ids=src,
         attention_mask=src.ne(0),
-        labels=train._pad([pairs[i][1] for i in batch], -100),
+        labels=train.pad_rows([pairs[i][1] for i in batch], -100),
     )
 
 

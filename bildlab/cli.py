@@ -73,7 +73,14 @@ def _zoo(args) -> int:
         raise SystemExit("--force needs an explicit --out (it deletes that folder)")
     if args.force:
         shutil.rmtree(Path(args.out), ignore_errors=True)
-    build(args.out, args.profile, seed=args.seed, jobs=args.jobs, stages=args.stage)
+    build(
+        args.out,
+        args.profile,
+        seed=args.seed,
+        jobs=args.jobs,
+        stages=args.stage,
+        v2_from=args.v2_from,
+    )
     return 0
 
 
@@ -366,18 +373,34 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--threads", type=int, default=1)
     demo.set_defaults(run=_demo)
     zoo = sub.add_parser(
-        "zoo", help="(re)build the toy model zoo and its card (resumes an interrupted build)"
+        "zoo",
+        help="(re)build the toy model zoo and its card (resumes an interrupted build)",
+        description="Build the toy zoo v3: the large models are trained at the v2 geometry (T5 "
+        "10 + 10 layers, Llama 10), then grown to T5 10 + 24 and Llama 32 layers and trained "
+        "again; the small models and the tokenizer as before. Resumable: stages and checkpoints "
+        "are kept in $BILDLAB_CACHE/zoo-work/<profile>-<recipe digest>/.",
     )
     zoo.add_argument(
         "--out",
         default=None,
-        help="output folder (default: bildlab/toy/_zoo, the zoo the package ships)",
+        help="output folder (default: the shipped zoo bildlab/toy/_zoo, replaced only when the "
+        "whole build is done; the build is made in its work folder until then)",
     )
     zoo.add_argument(
         "--profile",
         default="full",
         choices=("full", "smoke"),
-        help="full: the shipped zoo (85 minutes on 2 cores with --jobs 2); smoke: a two-minute miniature",
+        help="full: the shipped zoo (an estimated 2-3 hours on 2 cores with --jobs 2 and "
+        "--v2-from, 3-4 hours without; see docs/toy-world.md); smoke: a 2-minute miniature, "
+        "needs --out",
+    )
+    zoo.add_argument(
+        "--v2-from",
+        default=None,
+        metavar="DIR",
+        help="a zoo v2 folder built by this recipe (e.g. bildlab/toy/_zoo before v3 replaces it): "
+        "its t5-large and llama-large are copied as the v2 stages instead of trained (refused "
+        "unless their config, tokenizer, profile and seed match)",
     )
     zoo.add_argument("--seed", type=int, default=0)
     zoo.add_argument(

@@ -236,7 +236,9 @@ def test_zoo_build_rejects_bad_jobs_and_stages(tmp_path):
 
     with pytest.raises(ValueError, match="jobs must be 1 or 2; got 3"):
         zoo.build(tmp_path, "smoke", jobs=3)
-    with pytest.raises(ValueError, match="stages must be among llama-small, llama-large, t5-small"):
+    with pytest.raises(
+        ValueError, match="stages must be among llama-small, llama-large-v2, llama-large, t5-small"
+    ):
         zoo.build(tmp_path, "smoke", stages=["t5-large"])
 
 

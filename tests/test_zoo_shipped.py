@@ -28,7 +28,8 @@ TEST = CARD["test"]
 def test_shipped_zoo_is_small_and_complete():
     root = models.zoo_dir()
     files = [p for p in root.rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 30 * 1024 * 1024
+    # zoo v3: 42 MB (the v3 large models are 18 and 15 MB in float16)
+    assert sum(p.stat().st_size for p in files) <= 48 * 1024 * 1024
     for name in ("t5-large", "t5-small", "t5-small-aligned", "llama-large", "llama-small"):
         assert (root / name / "model.safetensors").is_file()
         entry = CARD["models"][name]

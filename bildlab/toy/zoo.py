@@ -2,12 +2,16 @@
 prediction-aligned small) and a decoder-only Llama pair, trained from scratch on the synthetic tasks
 and measured for the card.
 
-    bildlab zoo --jobs 2            # rebuild bildlab/toy/_zoo (85 minutes on 2 CPU cores), resumable
-    bildlab zoo --profile smoke     # a minutes-long miniature into another folder (for checking the pipeline)
+    bildlab zoo --jobs 2                        # rebuild bildlab/toy/_zoo, resumable
+    bildlab zoo --jobs 2 --v2-from DIR          # the same, the v2 stages copied from zoo v2 in DIR
+    bildlab zoo --profile smoke --out DIR       # a minutes-long miniature (checks the pipeline)
 
-Every stage writes its output atomically (a temporary folder renamed into place) and is skipped when
-its output is already there, so an interrupted build resumes; training itself also checkpoints every
-few hundred steps."""
+The large models are trained in two stages: the v2 geometry (10 + 10 layers T5, 10 layers Llama),
+kept in the build's work folder, then grown (train.grow) to the v3 geometry and trained again on the
+same data. Every stage writes its output atomically (a temporary folder renamed into place) and is
+skipped when its output is already there, so an interrupted build resumes; training itself also
+checkpoints every few hundred steps. Without --out, the build writes into its work folder and
+replaces the shipped zoo only when every model and the card are done."""
 
 from __future__ import annotations
 
@@ -44,19 +48,29 @@ PREFIX = {task: prefix for _, _, _, prefix, task in TOY_PAIRS.values()}  # "<mt>
 MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 
 # Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large
-# / small cost ratio (10 decoder layers against 1 measured 4.4x for T5 and 4.7x for Llama with
-# random weights; 8 gave 3.8x and 4.0x, at the edge of the 4-10x of the paper's GPU pairs); the same
-# width lets the large be grown from a small seed (train.grow); the encoder has at least as many
-# layers as the decoder because transformers 5.x sizes the T5 cache of HF `generate` by the
-# encoder's layer count.
+# / small cost ratio c (small / large per token; the paper's T5 pair: about 0.09). The v3 large
+# models (T5 10 + 24 layers, Llama 32 layers, width 128) measured c = 0.110 and 0.059 eager on one
+# CPU thread with random weights (benchmarks/zoo-geometry/); the v2 geometry ("-v2", 10 + 10 and 10
+# layers, c 0.2-0.33) is the stage they are grown from (train.grow: same width, the encoder kept).
 ARCHS = {
     "t5-large": dict(
+        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=24
+    ),
+    "t5-large-v2": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=10
     ),
     "t5-small": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1
     ),
     "llama-large": dict(
+        arch="llama",
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=32,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ),
+    "llama-large-v2": dict(
         arch="llama",
         hidden_size=128,
         intermediate_size=384,
@@ -213,10 +227,70 @@ def work_dir(profile_name: str, seed: int) -> Path:
     )
 
 
+def copy_v2(
+    src: Path, name: str, dest: Path, tokenizer: Path, profile_name: str, seed: int
+) -> dict:
+    """Copy zoo v2's `name` (t5-large or llama-large) from the zoo folder `src` into `dest`, the
+    output of this build's stage V2[name]. Only a model that stage would write bit for bit is
+    copied: its configuration has the v2 geometry, `src`'s tokenizer equals this build's
+    (`tokenizer`), and `src`'s train-log says it was built by this recipe's profile and seed (the
+    shipped zoo v2 was: `bildlab zoo --profile full --seed 0 --jobs 2`). Anything else is a
+    ValueError. Returns the stage's log entry (v2's entry, and where it was copied from)."""
+    src = Path(src)
+    if name not in V2:
+        raise ValueError(f"name must be one of {', '.join(V2)}; got {name!r}")
+    config = _load_json(src / name / "config.json")
+    if config is None or not (src / name / "model.safetensors").is_file():
+        raise ValueError(f"v2_from: no model {name} in {src}")
+    want = {k: v for k, v in ARCHS[V2[name]].items() if k != "arch"}
+    wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+    if wrong:
+        raise ValueError(
+            f"v2_from: {src / name} is not zoo v2's {name}: {wrong}, the stage {V2[name]} "
+            f"builds {want}"
+        )
+    if not (src / "tokenizer" / "tokenizer.json").is_file() or (
+        (src / "tokenizer" / "tokenizer.json").read_bytes()
+        != (Path(tokenizer) / "tokenizer.json").read_bytes()
+    ):
+        raise ValueError(f"v2_from: the tokenizer in {src} differs from this build's ({tokenizer})")
+    entry = (_load_json(src / "train-log.json") or {}).get(name, {})
+    recipe = f"--profile {profile_name} --seed {seed}"
+    if recipe not in entry.get("command", ""):
+        raise ValueError(
+            f"v2_from: {src}/train-log.json does not record {name} as built by `bildlab zoo "
+            f"{recipe}` (it records {entry.get('command')!r})"
+        )
+    with _staged(dest) as tmp:
+        for f in (src / name).iterdir():
+            shutil.copyfile(f, tmp / f.name)
+    return {
+        **{k: v for k, v in entry.items() if k not in ("seconds", "command")},
+        "copied_from": str(src / name),
+        "copied": f"the output of this stage by the same recipe ({entry['command']}, "
+        f"{entry.get('seconds')} s): config, tokenizer, profile and seed checked",
+    }
+
+
+def _replace_folder(dest: Path, src: Path) -> None:
+    """Put a copy of the folder `src` in place of the folder `dest`: copied beside `dest` first,
+    then two renames."""
+    tmp, old = dest.with_name(dest.name + ".partial"), dest.with_name(dest.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 # the stages that do not need the large T5; with jobs=2 a second process trains them while this one
 # trains the large
 TRAIN_THREADS = 1  # torch threads of every stage: part of the recipe (the bits depend on it)
-SIDE_STAGES = ("llama-small", "llama-large", "t5-small")
+SIDE_STAGES = ("llama-small", "llama-large-v2", "llama-large", "t5-small")
+# the v3 large models and the v2 stage each is grown from
+V2 = {"t5-large": "t5-large-v2", "llama-large": "llama-large-v2"}
 
 
 def build(
@@ -226,8 +300,15 @@ def build(
     progress: bool = True,
     jobs: int = 1,
     stages: list[str] | None = None,
+    v2_from: Path | None = None,
 ) -> dict | None:
     """Build (or resume building) the zoo in `out` and write its card. Returns the card.
+
+    Without `out`, the full profile builds into its work folder and replaces the shipped zoo
+    (zoo_dir) only when every stage and the card are done: the shipped folder never holds a mix of
+    two builds. `v2_from`, a zoo v2 folder built by this recipe (the same profile and seed), gives
+    the v2 stages (t5-large-v2, llama-large-v2) by copying its t5-large and llama-large (copy_v2
+    checks that they are: a mismatch is a ValueError) instead of training them.
 
     Every stage computes on TRAIN_THREADS torch threads, whatever `jobs` and the machine: float sums
     depend on the thread count (a model trained on two threads differs in its bits from one trained
@@ -238,11 +319,19 @@ def build(
         raise ValueError(f"jobs must be 1 or 2; got {jobs!r}")
     if stages is not None and not set(stages) <= set(SIDE_STAGES):
         raise ValueError(f"stages must be among {', '.join(SIDE_STAGES)}; got {stages!r}")
-    out = Path(out or zoo_dir())
+    if profile_name not in PROFILES:
+        raise ValueError(f"profile_name must be one of {', '.join(PROFILES)}; got {profile_name!r}")
+    if out is None and profile_name != "full":
+        raise ValueError(
+            f"out: the {profile_name} profile needs an output folder (not the shipped zoo)"
+        )
     profile = PROFILES[profile_name]
-    out.mkdir(parents=True, exist_ok=True)
     work = work_dir(profile_name, seed)
     work.mkdir(parents=True, exist_ok=True)
+    final = None if out is not None else zoo_dir()
+    out = Path(out) if out is not None else work / "zoo"
+    out.mkdir(parents=True, exist_ok=True)
+    v2_from = Path(v2_from) if v2_from is not None else None
     torch.set_num_threads(TRAIN_THREADS)
     command = f"bildlab zoo --profile {profile_name} --seed {seed}" + (
         f" --jobs {jobs}" if jobs > 1 else ""
@@ -332,24 +421,29 @@ def build(
         )
         return info
 
-    def large():  # grown from the seed (train.grow), then trained on both tasks
-        torch.manual_seed(seed + 1)
-        model = train.grow(_load(work / "t5-seed"), new_model("t5-large", vocab).config)
-        info = fit(
-            "t5-large",
-            model,
-            data,
-            profile["lr_large"],
-            seed + 1,
-            exit_layer=EXIT_LAYER,
-            exit_weight=0.5,
-            epochs=profile["large_epochs"],
-        )
-        info["init"] = (
-            f"t5-seed (a t5-small trained from scratch), grown to {model.config.num_layers} + "
-            f"{model.config.num_decoder_layers} layers (train.grow)"
-        )
-        return info
+    def grown(name: str, init: Path, stage_seed: int, dest: Path | None = None):
+        """Stage `name`: the model in `init` grown to ARCHS[name] (train.grow), then trained as
+        the large models train (T5: both tasks with the early exit; Llama: its toy-mt data)."""
+
+        def run():
+            if name.startswith("llama"):
+                pairs, kw = _llama_data(tokenizer, llama_examples()), {}
+            else:
+                pairs, kw = data, dict(exit_layer=EXIT_LAYER, exit_weight=0.5)
+            torch.manual_seed(stage_seed)
+            model = train.grow(_load(init), new_model(name, vocab).config)
+            c = model.config
+            depth = (
+                c.num_hidden_layers
+                if name.startswith("llama")
+                else f"{c.num_layers} + {c.num_decoder_layers}"
+            )
+            lr, epochs = profile["lr_large"], profile["large_epochs"]
+            info = fit(name, model, pairs, lr, stage_seed, dest=dest, **kw, epochs=epochs)
+            info["init"] = f"{init.name}, grown to {depth} layers (train.grow)"
+            return info
+
+        return run
 
     def aligned():
         calib_path = work / "calibration.json"
@@ -380,34 +474,26 @@ def build(
         info["init"] = "t5-small"
         return info
 
-    def llama(name, stage_seed):
-        def run():
-            examples = tasks.load_task("toy-mt", "train")[: profile["llama_mt"]]
-            torch.manual_seed(stage_seed)
-            if name == "llama-small":
-                return fit(
-                    name,
-                    new_model(name, vocab),
-                    _llama_data(tokenizer, examples),
-                    profile["lr_small"],
-                    stage_seed,
-                    epochs=profile["epochs"],
-                )
-            model = train.grow(_load(out / "llama-small"), new_model(name, vocab).config)
-            info = fit(
-                name,
-                model,
-                _llama_data(tokenizer, examples),
-                profile["lr_large"],
-                stage_seed,
-                epochs=profile["large_epochs"],
-            )
-            info["init"] = (
-                f"llama-small, grown to {model.config.num_hidden_layers} layers (train.grow)"
-            )
-            return info
+    def llama_examples():
+        return tasks.load_task("toy-mt", "train")[: profile["llama_mt"]]
 
-        return run
+    def llama_small():
+        pairs = _llama_data(tokenizer, llama_examples())
+        torch.manual_seed(seed + 5)
+        model = new_model("llama-small", vocab)
+        return fit(
+            "llama-small", model, pairs, profile["lr_small"], seed + 5, epochs=profile["epochs"]
+        )
+
+    def v2(name: str, trained):
+        """The v2 stage of the large `name` (its input, in the work folder): copied from
+        v2_from, or `trained`; not needed once the v3 model is done."""
+        dest = work / f"{name}-v2"
+        if (out / name).exists():
+            return
+        if v2_from is not None:
+            trained = lambda: copy_v2(v2_from, name, dest, out / "tokenizer", profile_name, seed)  # noqa: E731
+        stage(f"{name}-v2", trained, dest)
 
     side = None
     # after the tokenizer and the task data exist: the side process only reads them
@@ -426,27 +512,35 @@ def build(
                 str(seed),
                 "--jobs",
                 str(jobs),
+                *(["--v2-from", str(v2_from)] if v2_from is not None else []),
                 *[arg for name in SIDE_STAGES for arg in ("--stage", name)],
             ]
         )
-    # the seed that the large model is grown from, and the unaligned small: the same recipe, another
-    # seed (the paper's small is trained on its own, not cut out of the large model, so that
-    # prediction alignment has work to do)
-    # the seed is needed only to grow the large model
-    if not (out / "t5-large").exists() and stages is None:
+    # t5-large-v2 is grown from a seed: a small T5 trained from scratch (t5-small's recipe, another
+    # seed: the paper's small is trained on its own, not cut out of the large model, so that
+    # prediction alignment has work to do); llama-large-v2 from llama-small
+    if v2_from is None and not (work / "t5-large-v2").exists() and not (out / "t5-large").exists():
         stage(
             "t5-seed", lambda: from_scratch("t5-seed", seed + 2, work / "t5-seed"), work / "t5-seed"
         )
-    stage("t5-large", large)
+    v2("t5-large", grown("t5-large-v2", work / "t5-seed", seed + 1, work / "t5-large-v2"))
+    stage("t5-large", grown("t5-large", work / "t5-large-v2", seed + 7))
     if side is not None and side.wait() != 0:
         raise RuntimeError(f"the side process of the zoo build ({', '.join(SIDE_STAGES)}) failed")
     stage("t5-small", lambda: from_scratch("t5-small", seed + 6, out / "t5-small"))
     stage("t5-small-aligned", aligned)
-    stage("llama-small", llama("llama-small", seed + 5))
-    stage("llama-large", llama("llama-large", seed + 4))
+    stage("llama-small", llama_small)
+    v2(
+        "llama-large",
+        grown("llama-large-v2", out / "llama-small", seed + 4, work / "llama-large-v2"),
+    )
+    stage("llama-large", grown("llama-large", work / "llama-large-v2", seed + 8))
     if stages is not None:
         return None
     card = write_card(out, tokenizer, profile, _load_json(out / "train-log.json") or {})
+    if final is not None:
+        _replace_folder(final, out)
+        out = final
     print(f"[zoo] built in {time.time() - t_start:.0f} s: {out}", file=sys.stderr)
     return card
 
