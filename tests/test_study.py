@@ -382,8 +382,8 @@ ANSWERS = {
         "aligned 86.1%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test "
         "(N = 20): aligned 1.50x [1.45, 1.55] (fb 0.5, rb 3; lossless), unaligned 1.50x [1.45, 1.55] (fb 0.5, "
         f"rb 3; lossless): {SAME.format('the aligned - the unaligned')}. At the same policy, where both are "
-        "lossless on validation (1 policies, N = 20), the aligned is detectably faster at 0, the unaligned at 0 "
-        "(paired differences aligned - unaligned +0.000x to +0.000x).",
+        "lossless on validation (1 policy, N = 20), the aligned is detectably faster at none of them, the "
+        "unaligned at none (paired speed differences, aligned − unaligned, from +0.000x to +0.000x).",
         "On toy-sum: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 70.6%, "
         "aligned 73.9%. The fastest within 1 ROUGE-L point of vanilla on validation (N = 20), reported on test "
         f"(N = 0): aligned none, unaligned none: {NONE}. No policy keeps every output identical to vanilla's for "

@@ -108,9 +108,8 @@ def rq3(
         pin = (  # two headlines, a line each
             f"{pair} agreement: "
             + ", ".join(f"{k} {v:.4f}" for k, v in agree.items())
-            + f"\n{pair} speed: "
-            + "; ".join(
-                f"{k} ({headline['chosen'][k]}) {pin_speed(b)}" if b else f"{k}: none qualifies"
+            + "".join(
+                f"\n{pair} {k}: " + (f"{headline['chosen'][k]}, {pin_speed(b)}" if b else "none")
                 for k, b in best.items()
             )
         )
@@ -165,7 +164,9 @@ def _matched(aligned: list[dict], unaligned: list[dict], split: str) -> str:
         max(c["speedup_difference"] for c in diffs),
     )
     return (
-        f"At the same policy, where both are lossless on {split} ({len(pairs)} policies, N = {diffs[0]['n']}), "
-        f"the aligned is detectably faster at {faster}, the unaligned at {slower} (paired differences aligned - "
-        f"unaligned {lo:+.3f}x to {hi:+.3f}x)."
+        f"At the same policy, where both are lossless on {split} ({len(pairs)} "
+        f"{'policy' if len(pairs) == 1 else 'policies'}, N = {diffs[0]['n']}), "
+        f"the aligned is detectably faster at {faster or 'none'} of them, the unaligned at "
+        f"{slower or 'none'} (paired speed differences, aligned − unaligned, from {lo:+.3f}x to "
+        f"{hi:+.3f}x)."
     )

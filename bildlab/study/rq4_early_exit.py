@@ -105,10 +105,10 @@ def rq4(
                 )
             ),
         ]
-        pin = (
-            f"{pair}: acceptance {accept['early exit']:.3f} early exit, "
-            f"{accept['separate small']:.3f} separate small; "
-            + "; ".join(f"{k} {pin_speed(b)}" for k, b in best.items())
+        pin = (  # a line per headline
+            f"{pair} acceptance: early exit {accept['early exit']:.3f}, "
+            f"separate small {accept['separate small']:.3f}"
+            + "".join(f"\n{pair} {k}: {pin_speed(b)}" for k, b in best.items())
         )
         return {
             "rows": d["rows"],
