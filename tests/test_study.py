@@ -514,7 +514,7 @@ def test_rq5_answers_for_every_pair(monkeypatch, tmp_path):
     # shown: the rows that chose one policy collapsed into one, named together; quality in one column
     shown = result.summary.frame
     assert len(shown.columns) <= 10 and "quality" in shown.columns
-    assert "unaligned: lossless = no loss" in set(shown["rows"])
+    assert "unaligned: lossless = no loss at (rb, fb) = (3.0, 0.9)" in set(shown["rows"])
     assert (
         shown["quality"].str.endswith("BLEU").sum()
         and shown["quality"].str.endswith("ROUGE-L").sum()
