@@ -220,6 +220,18 @@ def measure(name: str, args) -> dict:
         ]
 
     log = lambda msg: print(f"[{name}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+
+    def summary(rows, how: str) -> dict:  # per-token costs, c and the passes of one interleave
+        res = {"large": per_token(rows, "large"), "small": per_token(rows, "small")}
+        res["c"] = res["small"] / res["large"]
+        res["pass_m"], res["pass_seconds"] = ms, passes(rows, "pass")
+        res["pass5_over_pass1"] = res["pass_seconds"][1] / res["pass_seconds"][0]
+        log(
+            f"{how} large {res['large'] * 1e3:.2f} ms/token, small {res['small'] * 1e3:.2f}, "
+            f"c {res['c']:.3f}, 5-token pass {res['pass5_over_pass1']:.2f}x"
+        )
+        return res
+
     # eager: whole decodes, and the calibration's own pass runner (views.View)
     pass_runner = calibrate._runners({"small": (large, small)}, ms, [p], new)[f"draft small {p}"]
     rows = timing.interleave(
@@ -229,14 +241,7 @@ def measure(name: str, args) -> dict:
         threads=1,
     )
     assert all(len(r["large"]["tokens"]) == new for r in rows)
-    eager = {"large": per_token(rows, "large"), "small": per_token(rows, "small")}
-    eager["c"] = eager["small"] / eager["large"]
-    eager["pass_m"], eager["pass_seconds"] = ms, passes(rows, "pass")
-    eager["pass5_over_pass1"] = eager["pass_seconds"][1] / eager["pass_seconds"][0]
-    log(
-        f"eager large {eager['large'] * 1e3:.2f} ms/token, small {eager['small'] * 1e3:.2f}, c {eager['c']:.3f}, "
-        f"5-token pass {eager['pass5_over_pass1']:.2f}x"
-    )
+    eager = summary(rows, "eager")
     # compiled: warm_up (the small's compile reported apart), then the same decodes on the static
     # cache
     comp = {"compile_small_seconds": static.warm_up(small, xs, max_new_tokens=new)}
@@ -254,14 +259,7 @@ def measure(name: str, args) -> dict:
         warmup=2,
         threads=1,
     )
-    comp.update(large=per_token(rows, "large"), small=per_token(rows, "small"))
-    comp["c"] = comp["small"] / comp["large"]
-    comp["pass_m"], comp["pass_seconds"] = ms, passes(rows, "pass")
-    comp["pass5_over_pass1"] = comp["pass_seconds"][1] / comp["pass_seconds"][0]
-    log(
-        f"compiled large {comp['large'] * 1e3:.2f} ms/token, small {comp['small'] * 1e3:.2f}, c {comp['c']:.3f}, "
-        f"5-token pass {comp['pass5_over_pass1']:.2f}x"
-    )
+    comp.update(summary(rows, "compiled"))
     out.update(eager=eager, compiled=comp)
     out["train"] = train_seconds(large, train_batch(pair, llama), args.train_steps)
     out["train"]["hours_per_1000_steps"] = out["train"]["seconds"] * 1000 / 3600

@@ -56,6 +56,14 @@ def cases(large, x):
     return [(N_NEW, []), (N_NEW, [eos]), (at, [eos])]
 
 
+def _same_counts(out, ref, name: str, seen: dict) -> None:
+    """The static decode `out` counted what the dynamic one `ref` did; its counts added to `seen`."""
+    for key in ("rollbacks", "fallbacks", "accepted", "drafted", "large_calls", "small_calls"):
+        assert out.stats[key] == ref.stats[key], (name, key)
+    for key in seen:
+        seen[key] += out.stats[key]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("draft", ["perturbed", "exit", "random", "self"])
 def test_static_cache_equals_dynamic_cache(pairs, arch, draft):
@@ -70,17 +78,7 @@ def test_static_cache_equals_dynamic_cache(pairs, arch, draft):
                 ref = bildlab.generate(large, x, **kw)
                 out = bildlab.generate(large, x, cache="static", **kw)
                 assert out.tokens == ref.tokens, (name, budget, eos)
-                for key in (
-                    "rollbacks",
-                    "fallbacks",
-                    "accepted",
-                    "drafted",
-                    "large_calls",
-                    "small_calls",
-                ):
-                    assert out.stats[key] == ref.stats[key], (name, key)
-                for key in seen:
-                    seen[key] += out.stats[key]
+                _same_counts(out, ref, name, seen)
             assert len(out.tokens) == budget or out.tokens[-1] in eos
     if draft != "self":
         # the sweep rolled back, fell back and kept drafts
@@ -122,17 +120,7 @@ def test_static_cache_follows_the_decoders_depth(uneven, depths, draft):
             ref = bildlab.generate(large, x, **kw)
             out = bildlab.generate(large, x, cache="static", **kw)
             assert out.tokens == ref.tokens, name
-            for key in (
-                "rollbacks",
-                "fallbacks",
-                "accepted",
-                "drafted",
-                "large_calls",
-                "small_calls",
-            ):
-                assert out.stats[key] == ref.stats[key], (name, key)
-            for key in seen:
-                seen[key] += out.stats[key]
+            _same_counts(out, ref, name, seen)
     # one cache layer per decoder layer
     assert {len(c.layers) for c in static._CACHES[large].values()} == {depths[1]}
     assert all(v > 0 for v in seen.values()), seen  # drafts were kept and rolled back

@@ -130,10 +130,10 @@ def run_study(
             raise ValueError(f"unknown notebook {name!r}; notebooks: {', '.join(known)}")
     extra = dict(yaml.safe_load(Path(params_file).read_text()) or {}) if params_file else {}
     extra.update(overrides or {})
-    plan = []
+    plan, defaults = [], {name: notebook_defaults(name) for name in chosen}
     for name in chosen:
         path = NOTEBOOKS / f"{name}.ipynb"
-        allowed = set(pm.inspect_notebook(str(path))) | set(notebook_defaults(name))
+        allowed = set(pm.inspect_notebook(str(path))) | set(defaults[name])
         params = {**profile_params(profile, name), **extra}
         if profile != "toy":  # paper runs keep their own registry and figures
             params.setdefault("registry", f"../results/{profile}")
@@ -142,7 +142,7 @@ def run_study(
             params.setdefault("registry", "../runs/toy/results")
             params.setdefault("figures", "../runs/toy/figures")
         # the overrides with what they meet
-        check_params({**notebook_defaults(name), **params}, allowed)
+        check_params({**defaults[name], **params}, allowed)
         if recompute:
             params["recompute"] = True
         plan.append((name, path, params))
@@ -160,7 +160,7 @@ def run_study(
         target = out / f"{name}.ipynb"
         tmp = out / f".{name}.running.ipynb"
         try:
-            with kernel_config() as kernel, _quiet_run_settings(name):
+            with kernel_config() as kernel, _quiet_run_settings(defaults[name]):
                 pm.execute_notebook(
                     str(path),
                     str(tmp),
@@ -198,13 +198,14 @@ def run_study(
 
 
 @contextmanager
-def _quiet_run_settings(name: str):
+def _quiet_run_settings(names):
     """Papermill warns of every parameter outside the `parameters` cell ("Passed unknown
     parameter"); the run settings live in the cell before it, and `check_params` has already
-    refused what neither cell has, so those warnings say nothing."""
+    refused what neither cell has, so those warnings (for `names`, the notebook's stored
+    parameters) say nothing."""
     import logging
 
-    settings = {f"Passed unknown parameter: {p}" for p in notebook_defaults(name)}
+    settings = {f"Passed unknown parameter: {p}" for p in names}
 
     def keep(record: logging.LogRecord) -> bool:
         return record.getMessage() not in settings

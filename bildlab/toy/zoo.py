@@ -56,9 +56,6 @@ ARCHS = {
     "t5-large": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=24
     ),
-    "t5-large-v2": dict(
-        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=10
-    ),
     "t5-small": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1
     ),
@@ -67,14 +64,6 @@ ARCHS = {
         hidden_size=128,
         intermediate_size=384,
         num_hidden_layers=32,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-    ),
-    "llama-large-v2": dict(
-        arch="llama",
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=10,
         num_attention_heads=4,
         num_key_value_heads=4,
     ),
@@ -87,6 +76,9 @@ ARCHS = {
         num_key_value_heads=4,
     ),
 }
+# the v2 geometry: the same models, shallower (the stages the v3 large models are grown from)
+ARCHS["t5-large-v2"] = {**ARCHS["t5-large"], "num_decoder_layers": 10}
+ARCHS["llama-large-v2"] = {**ARCHS["llama-large"], "num_hidden_layers": 10}
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped
 # zoo
