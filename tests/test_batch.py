@@ -1,6 +1,6 @@
-"""Batched exact decoding: `generate_batch` equals `generate` token for token, and its statistics
-equal the engine's where the lockstep trace gives them exactly (the others are named in
-stats['inexact'])."""
+"""Batched exact decoding: `generate_batch` equals `generate` token for token, by both of its
+engines, and its statistics equal the engine's: all of them where rows draft and verify raggedly,
+those the lockstep trace gives exactly otherwise (the others are named in stats['inexact'])."""
 
 import pytest
 import torch
@@ -8,6 +8,7 @@ from conftest import ARCHS, VOCAB, perturbed, tiny
 from reference import reference_bild
 
 import bildlab
+from bildlab.engine import capabilities
 from bildlab.engine.batch import BRANCH, TIMINGS, generate_batch
 from bildlab.engine.early_exit import exit_draft
 
@@ -39,8 +40,13 @@ POLICIES = [
     ("random", dict(method="bild", fallback=0.4, rollback=0.0)),
     ("perturbed", dict(method="bild", fallback=1.0, rollback=0.0)),
     ("self", dict(method="bild", fallback=0.1, rollback=3.0, max_small_steps=2)),
+    ("random", dict(method="prompt-lookup", k=3, ngram=1)),
 ]
-BATCH_SIZES = (1, 3, 64)  # one row a batch, batches of 3 and 1, all rows in one batch
+BATCH_SIZES = (1, 3, 8)  # one row a batch, batches of 3 and 1, all rows in one batch
+# generate_batch's engines: rows that draft and verify raggedly where the models allow it ("auto"),
+# and both models at every position
+ENGINES = ("auto", "lockstep")
+RAGGED = {"gpt2", "llama", "t5"}  # bart's decoder positions count from the first column
 
 
 def prompt(seed: int, n: int) -> torch.Tensor:
@@ -81,11 +87,16 @@ def eos_ids(outs: list[list[int]]) -> list[int]:
     return last + [t for t in inside if t not in ends_last][:1]
 
 
-def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
+def compare(large, xs, batch_size, seen, engine="auto", ragged=False, **kw) -> list[list[int]]:
     """generate_batch against generate: the same tokens, and the same value for every count it
     gives; BiLD's tokens also against the plain rewrite of the algorithm (tests/reference.py), which
-    shares no code with either."""
-    outs = generate_batch(large, xs, batch_size=batch_size, **kw)
+    shares no code with either. `ragged`: the rows are expected to draft and verify raggedly."""
+    report = {}
+    outs = generate_batch(large, xs, batch_size=batch_size, engine=engine, report=report, **kw)
+    drafted = kw.get("method") == "prompt-lookup" or (
+        kw.get("method") in ("speculative", "bild") and kw.get("fallback", 0.0) < 1
+    )
+    assert report["engine"] == ("ragged" if ragged and drafted else "lockstep"), report
     assert len(outs) == len(xs)
     tokens = []
     for x, out in zip(xs, outs):
@@ -108,9 +119,10 @@ def compare(large, xs, batch_size, seen, **kw) -> list[list[int]]:
         inexact = out.stats.pop("inexact")
         assert sorted([*out.stats, *inexact]) == sorted(ref.stats)
         assert out.stats == {key: ref.stats[key] for key in out.stats}, (kw, batch_size)
-        assert inexact == (
-            list(BRANCH) if kw["method"] == "bild" and ref.stats["rollbacks"] else []
-        ) + list(TIMINGS)
+        branch = report["engine"] == "lockstep" and kw["method"] == "bild"
+        assert inexact == (list(BRANCH) if branch and ref.stats["rollbacks"] else []) + list(
+            TIMINGS
+        )
         for key in ("fallbacks", "rollbacks", "small_tokens", "drafts"):
             seen[key] += ref.stats[key]
         # a draft's second token accepted, counted alike
@@ -135,14 +147,16 @@ def test_generate_batch_equals_generate(pairs, arch):
         eos_at_budget=0,
         plain=0,
     )
-    for i, (draft, policy) in enumerate(POLICIES):
-        kw = dict(small=drafts[draft], max_new_tokens=N_NEW, **policy)
-        outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)
-        # EOS inside an output and EOS as the last token the budget allows (a list of EOS ids)
-        eos = eos_ids(outs)
-        stopped = compare(large, xs, BATCH_SIZES[(i + 1) % 3], seen, eos_token_id=eos, **kw)
-        seen["eos_at_budget"] += sum(len(s) == N_NEW and s[-1] in eos for s in stopped)
-        seen["eos_inside"] += sum(len(s) < N_NEW for s in stopped)
+    for engine in ENGINES:
+        for i, (draft, policy) in enumerate(POLICIES):
+            kw = dict(small=drafts[draft], max_new_tokens=N_NEW, engine=engine, **policy)
+            kw["ragged"] = engine == "auto" and arch in RAGGED
+            outs = compare(large, xs, BATCH_SIZES[i % 3], seen, eos_token_id=[], **kw)
+            # EOS inside an output and EOS as the last token the budget allows (a list of EOS ids)
+            eos = eos_ids(outs)
+            stopped = compare(large, xs, BATCH_SIZES[(i + 1) % 3], seen, eos_token_id=eos, **kw)
+            seen["eos_at_budget"] += sum(len(s) == N_NEW and s[-1] in eos for s in stopped)
+            seen["eos_inside"] += sum(len(s) < N_NEW for s in stopped)
     assert all(v > 0 for v in seen.values()), seen  # the sweep exercised every rule
 
 
@@ -161,6 +175,7 @@ def test_budgets_of_a_few_tokens(pairs, arch):
                 xs,
                 2,
                 seen,
+                ragged=True,
                 small=drafts[draft],
                 max_new_tokens=budget,
                 eos_token_id=[],
@@ -233,3 +248,30 @@ def test_sampling_is_refused_and_bad_arguments_fail_fast(pairs):
         hook.remove()
     assert not calls  # nothing ran
     assert generate_batch(large, []) == []
+
+
+def test_the_engine_is_chosen_or_refused_by_name(pairs):
+    """engine="ragged" where a model's decoder positions count from the first column (BART) is
+    refused with the reason, before any model call; an unknown engine is a ValueError naming the
+    allowed ones; "auto" then runs the lockstep, exactly."""
+    large, drafts = pairs["bart"]
+    xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
+    kw = dict(small=drafts["perturbed"], method="speculative", k=2, max_new_tokens=N_NEW)
+    capabilities.probe(large)  # probed once per model, as the first generate_batch would
+    capabilities.probe(drafts["perturbed"])
+    calls = []
+    hook = large.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(
+            bildlab.Unsupported, match="engine='ragged' cannot run: BartFor.*absolute"
+        ):
+            generate_batch(large, xs, engine="ragged", **kw)
+        with pytest.raises(ValueError, match="engine must be one of 'auto', 'ragged', 'lockstep'"):
+            generate_batch(large, xs, engine="fast", **kw)
+    finally:
+        hook.remove()
+    assert calls == []
+    report = {}
+    outs = generate_batch(large, xs, report=report, **kw)
+    assert report["engine"] == "lockstep"
+    assert [o.tokens for o in outs] == [bildlab.generate(large, x, **kw).tokens for x in xs]

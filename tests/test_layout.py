@@ -68,6 +68,7 @@ ORDER = [
     "world.mirror",
     "engine",
     "engine.batch",
+    "engine.ragged",
     "engine.memory",
     "engine.decoding",
     "engine.static",

@@ -1,6 +1,12 @@
 """Exact outputs in batches: `decoding.generate`'s greedy, BiLD and greedy speculative outputs, many
 inputs at once.
 
+Two engines decode a batch (`engine=`): "ragged" (`ragged.py`), where every row drafts and the large
+model verifies all rows' drafts in one pass, each row advancing by its own accepted tokens, for
+speculative decoding, BiLD and prompt lookup on models whose rows can be realigned exactly
+(`capabilities.ragged`); and the lockstep below, which runs both models at every position and
+serves every other case. "auto" (the default) takes the ragged engine where it can run.
+
     outs = generate_batch(large, [x0, x1, ...], small=small, method="bild", fallback=0.5, rollback=3.0)
     outs[i].tokens == generate(large, xs[i], small=small, method="bild", fallback=0.5, rollback=3.0).tokens
 
@@ -61,6 +67,7 @@ from .decoding import Output, check_call, decoder_start, eos_ids
 from .early_exit import shares_bottom_layers
 from .lookup import counts as lookup_counts
 from .policy import Policy, is_int
+from .ragged import ragged
 
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
 # BiLD counts that include the work on a rolled-back branch
@@ -319,6 +326,7 @@ def generate_batch(
     eos_token_id: int | list[int] | None = None,
     memory: int | str | None = None,
     report: dict | None = None,
+    engine: str = "auto",
     **keywords,
 ) -> list[Output]:
     """`generate` over many inputs at once: one `Output` per input, in input order, whose tokens
@@ -328,7 +336,10 @@ def generate_batch(
     `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free
     memory less a margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows.
     `report`: a dict to fill with {"memory": budget bytes, "batches": [rows of each batch decoded],
-    "splits": out-of-memory splits}."""
+    "splits": out-of-memory splits, "engine": the one that decoded}. `engine`: "ragged" (rows draft and
+    verify together, each advancing by its own accepted tokens: `ragged.py`; speculative, bild and
+    prompt-lookup, for models `capabilities.ragged` admits), "lockstep" (both models at every
+    position: this module), or "auto" (ragged where it can run, else lockstep)."""
     if (
         keywords.get("method") == "sample"
         or keywords.get("do_sample") is True
@@ -341,6 +352,8 @@ def generate_batch(
         )
     policy = policies.of(policy, keywords, "generate_batch")
     method = policy.method
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}; got {engine!r}")
     if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
     mem.parse(memory)
@@ -363,7 +376,8 @@ def generate_batch(
     eos = torch.tensor(sorted(eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = policy.drafts  # as the engine starts its drafter
     capabilities.require_pair(large, small, method, drafts, batch=True)
-    equal = _equal_lengths(large, small if drafts else None)
+    engine = _engine(engine, large, small if drafts else None, method)
+    equal = engine == "lockstep" and _equal_lengths(large, small if drafts else None)
     budget = mem.budget(memory, large.device)
     # an early-exit draft keeps a cache of its own too
     models = [large] + ([small] if drafts else [])
@@ -373,11 +387,12 @@ def generate_batch(
     )
     if equal:
         batches = _by_length(batches, lengths)
-    layout = {"memory": budget, "batches": [], "splits": 0}
+    layout = {"memory": budget, "batches": [], "splits": 0, "engine": engine}
+    run = ragged if engine == "ragged" else _lockstep
 
     def decode(rows: list[int]) -> list[Output]:
         try:
-            outs = _lockstep(
+            outs = run(
                 large, small if drafts else None, [xs[i] for i in rows], policy, max_new_tokens, eos
             )
         except torch.OutOfMemoryError:
@@ -397,7 +412,7 @@ def generate_batch(
                 out.stats["layout"] = EQUAL
             outputs[i] = out
     # the greedy outputs, with the engine's counts of their verifications
-    if method == "prompt-lookup":
+    if method == "prompt-lookup" and engine == "lockstep":
         ids = frozenset(eos.tolist())
         for x, out in zip(xs, outputs):
             c = lookup_counts(
@@ -407,6 +422,36 @@ def generate_batch(
     if report is not None:
         report.update(layout)
     return outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Which engine decodes
+
+ENGINES = ("auto", "ragged", "lockstep")
+DRAFTED = ("speculative", "bild", "prompt-lookup")
+
+
+def _engine(asked: str, large: PreTrainedModel, small: PreTrainedModel | None, method: str) -> str:
+    """ "ragged" for a drafted method whose models `capabilities.ragged` admits, else "lockstep";
+    engine="ragged" where it cannot run is refused with the reason."""
+    if asked == "lockstep":
+        return asked
+    if method not in DRAFTED or (small is None and method != "prompt-lookup"):
+        why = f"method {method!r} drafts nothing here"
+    else:
+        why = next(
+            (
+                f"{type(m).__name__}: {r}"
+                for m in (large, small)
+                if m and (r := capabilities.ragged(m))
+            ),
+            None,
+        )
+    if why is None:
+        return "ragged"
+    if asked == "ragged":
+        raise capabilities.Unsupported(f"engine='ragged' cannot run: {why}; engine='lockstep' can")
+    return "lockstep"
 
 
 # ----------------------------------------------------------------------------------------------------------------------

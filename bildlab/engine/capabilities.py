@@ -93,6 +93,8 @@ class Cache:
     kind: str  # what the cache holds, for messages
     # decoder-only: a left-padded row gets the unpadded row's logits (prefill and a step)
     pads: bool = False
+    # encoder-decoder: a decoder row left-padded by one gets the unpadded row's logits
+    shifts: bool = False
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -168,7 +170,8 @@ def probe(model: PreTrainedModel) -> Cache:
         return found
     chunks = _chunks(model, fwd, cache, prefix.shape[1] + 1, encoded, ids) if croppable else None
     pads = encoded is None and fwd.positions and croppable and _pads(model, fwd, ids, first, step)
-    found = _PROBED[model] = Cache(None, chunks, croppable, kind, pads)
+    shifts = encoded is not None and croppable and _shifts(model, fwd, ids, prefix, encoded)
+    found = _PROBED[model] = Cache(None, chunks, croppable, kind, pads, shifts)
     return found
 
 
@@ -231,6 +234,52 @@ def _pads(model, fwd, ids, first, step) -> bool:
         )
     except Exception:  # noqa: BLE001 -- a model that cannot take a padded batch is batched without padding
         return False
+
+
+def _shifts(model, fwd, ids, prefix, encoded) -> bool:
+    """Whether a decoder row left-padded by one (masked by decoder_attention_mask) gets the
+    unpadded row's logits at its last position: the decoder's positions are relative (T5), not
+    counted from the first column (BART's learned positions)."""
+    pad = model.generation_config.pad_token_id
+    pad = pad if isinstance(pad, int) else 0
+    start = int(prefix[0, 0])
+    try:
+
+        def feed(rows, mask):
+            kw = {fwd.cache_kw: new_cache(model, record=False), "use_cache": True}
+            twice = type(encoded)(
+                last_hidden_state=encoded.last_hidden_state.expand(len(rows), -1, -1)
+            )
+            kw.update(encoder_outputs=twice, decoder_input_ids=ids(*rows))
+            if mask is not None:
+                kw["decoder_attention_mask"] = torch.tensor(mask, device=prefix.device)
+            return model(**kw).logits.float()
+
+        alone = feed([[start, 5, 6]], None)[0, -1]
+        noise = _gap(alone, feed([[start, 5, 6], [start, 5, 6]], None)[1, -1])
+        padded = feed([[pad, start, 5, 6], [start, 5, 6, 7]], [[0, 1, 1, 1], [1, 1, 1, 1]])
+        return not _differs(padded[0, -1], alone, noise)
+    except Exception:  # noqa: BLE001 -- a decoder that cannot take the mask is not batched raggedly
+        return False
+
+
+def ragged(model: PreTrainedModel) -> str | None:
+    """Why rows of this model cannot advance raggedly in one batch (`ragged.py`), or None: its
+    cache must be cropped and realigned per row (transformers' DynamicLayer tensors), several
+    tokens fed at once must be one token after another, and a left-padded row must get the
+    unpadded row's logits (decoder-only: position ids; encoder-decoder: relative positions)."""
+    cache = probe(model)
+    if cache.error is not None:
+        return f"its forward fails on bildlab's cache ({cache.error})"
+    if not cache.croppable or cache.kind != "DynamicLayer":
+        return f"its cache holds {cache.kind}, not rows of DynamicLayer tensors to realign"
+    if cache.chunks is not None:
+        return cache.chunks
+    if model.config.is_encoder_decoder and not cache.shifts:
+        return "a decoder row shifted right by padding gets other logits (absolute positions)"
+    if not model.config.is_encoder_decoder and not cache.pads:
+        return "a left-padded row gets other logits than the same row alone"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import torch
 from ..engine import timing
 from ..engine.policy import Policy
 from ..measure.intervals import interval, mean
-from ..world.models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, zoo_dir
+from ..world.models import DRAFTS, PAPER_PAIRS, TOY_PAIRS, fingerprint, zoo_dir
 from . import shard
 from .registry import Registry, versions
 
@@ -401,6 +401,7 @@ def calibrate(
         "processor": machine["processor"],
         "threads": threads,
         "protocol": timing.settings(threads, 1, warmup),
+        **_models_key(pair, random_weights),
     }
     record = {
         "key": key,
@@ -623,6 +624,12 @@ def _readable(pair: str) -> bool:
         return False
 
 
+def _models_key(pair: str, random_weights: bool) -> dict:
+    """A toy pair's calibration prices its zoo's models only: {"models": their content hash}
+    (`models.fingerprint`), which `for_machine` matches; paper pairs and random weights: {}."""
+    return {} if random_weights or pair not in TOY_PAIRS else {"models": fingerprint(pair)}
+
+
 def for_machine(
     registry,
     pair: str,
@@ -649,9 +656,14 @@ def for_machine(
         "processor": here["processor"],
         "threads": threads,
     }
+    models = _models_key(pair, False).get("models")
     for source in (reg, machine_store()) if from_store else (reg,):
         found = [
-            c for c in source.calibrations() if all(c["key"].get(k) == v for k, v in want.items())
+            c
+            for c in source.calibrations()
+            if all(c["key"].get(k) == v for k, v in want.items())
+            # made before calibrations named their models: any toy zoo's
+            and c["key"].get("models", models) == models
         ]
         if found:
             return max(found, key=lambda c: c["made"])

@@ -22,7 +22,6 @@ under versions other than this environment's."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,7 +33,7 @@ from ..engine import memory as mem
 from ..engine import timing
 from ..engine.decoding import check_budget
 from ..world import tasks
-from ..world.models import PAIRS, TOY_PAIRS, task_of, zoo_dir
+from ..world.models import PAIRS, TOY_PAIRS, fingerprint, task_of, zoo_dir
 from ..world.models import provenance as models_provenance
 from . import calibrate, distributed, records, shard
 from .benchmark import transformers_version
@@ -150,24 +149,6 @@ def check_run(
         raise ValueError(f"timing_pass must be an integer >= 1; got {timing_pass!r}")
 
 
-@lru_cache(maxsize=8)
-def _fingerprint(name: str, draft: str, root: str) -> str:
-    """Content hash of a toy pair's model files and tokenizer (paper pairs: their hub ids)."""
-    if name not in TOY_PAIRS:
-        return name
-    large, small, aligned = TOY_PAIRS[name][:3]
-    files = [
-        Path(root) / m / "model.safetensors"
-        for m in (large, aligned if draft == "aligned" else small)
-        if m
-    ]
-    files.append(Path(root) / "tokenizer" / "tokenizer.json")
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.read_bytes() if f.is_file() else b"missing")
-    return h.hexdigest()[:16]
-
-
 def run_key(
     pair: str,
     task: str,
@@ -237,11 +218,7 @@ def _provenance(pair: str, task: str, split: str, draft: str) -> dict:
     """What the outputs are a function of besides the policy: a toy pair's model files (content
     hash) and its task's generator version, or a paper pair's repos and commits and its data's
     source, commit, file hashes and preprocessing version."""
-    models = (
-        _fingerprint(pair, draft, str(zoo_dir()))
-        if pair in TOY_PAIRS
-        else models_provenance(pair, draft)
-    )
+    models = fingerprint(pair, draft) if pair in TOY_PAIRS else models_provenance(pair, draft)
     return {"models": models, "data": _data_provenance(task, split)}
 
 

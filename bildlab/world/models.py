@@ -12,9 +12,11 @@ with network).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -194,6 +196,30 @@ def zoo_dir() -> Path:
     """The shipped toy zoo: `_zoo` inside the package, package data of the wheel and the sdist, so a
     checkout, an editable and a plain install all find it (or $BILDLAB_ZOO)."""
     return Path(os.environ.get(ZOO_ENV) or Path(__file__).resolve().parent.parent / "toy" / "_zoo")
+
+
+def fingerprint(pair: str, draft: str = "small") -> str:
+    """Content hash of a toy pair's large and draft model files and tokenizer in the zoo
+    (`zoo_dir`), which a record's or a calibration's key carries: what its numbers were made with
+    (paper pairs: their name; `provenance` keys them)."""
+    return _fingerprint(pair, draft, str(zoo_dir()))
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(pair: str, draft: str, root: str) -> str:
+    if pair not in TOY_PAIRS:
+        return pair
+    large, small, aligned = TOY_PAIRS[pair][:3]
+    files = [
+        Path(root) / m / "model.safetensors"
+        for m in (large, aligned if draft == "aligned" else small)
+        if m
+    ]
+    files.append(Path(root) / "tokenizer" / "tokenizer.json")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes() if f.is_file() else b"missing")
+    return h.hexdigest()[:16]
 
 
 def load_pair(
