@@ -53,6 +53,18 @@ def tiny(
             **common,
         )
         model = tf.LlamaForCausalLM(cfg)
+    elif arch == "qwen2":
+        cfg = tf.Qwen2Config(
+            num_hidden_layers=layers,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            initializer_range=0.3 * scale,
+            **common,
+        )
+        model = tf.Qwen2ForCausalLM(cfg)
     elif arch == "t5":
         cfg = tf.T5Config(
             d_model=32,
@@ -89,6 +101,27 @@ def tiny(
             **common,
         )
         model = tf.BartForConditionalGeneration(cfg)
+    elif arch == "marian":
+        cfg = tf.MarianConfig(
+            d_model=32,
+            encoder_layers=enc,
+            decoder_layers=layers,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=256,
+            init_std=0.1,
+            decoder_start_token_id=0,
+            forced_eos_token_id=None,
+            # a tied output layer makes a random Marian repeat its input token
+            tie_word_embeddings=False,
+            **common,
+        )
+        model = tf.MarianMTModel(cfg)
+        # wider weights make it repeat one token too: `scale` sharpens its output layer alone
+        with torch.no_grad():
+            model.lm_head.weight.mul_(3 * scale)
     else:
         raise ValueError(arch)
     return model.eval()

@@ -4,17 +4,26 @@ those the lockstep trace gives exactly otherwise (the others are named in stats[
 
 import pytest
 import torch
-from conftest import ARCHS, VOCAB, perturbed, tiny
+from conftest import VOCAB, perturbed, tiny
 from reference import reference_bild
 
 import bildlab
 from bildlab.engine import capabilities
+from bildlab.engine import ragged as ragged_engine
 from bildlab.engine.batch import BRANCH, TIMINGS, generate_batch
 from bildlab.engine.early_exit import exit_draft
 
 N_NEW = 8
 # (seed, scale): varied outputs
-MODELS = {"gpt2": (21, 2.0), "llama": (22, 2.0), "t5": (21, 0.7), "bart": (28, 2.0)}
+MODELS = {
+    "gpt2": (21, 2.0),
+    "llama": (22, 2.0),
+    "qwen2": (23, 2.0),
+    "t5": (21, 0.7),
+    "bart": (28, 2.0),
+    "marian": (26, 1.0),
+}
+ARCHS = tuple(MODELS)
 # inputs of different lengths, not in order (rows are sorted, outputs come back in input order)
 LENGTHS = (7, 2, 9, 4)
 # (draft, policy): random and identical drafts, perturbed drafts that agree on some tokens, the
@@ -46,7 +55,8 @@ BATCH_SIZES = (1, 3, 8)  # one row a batch, batches of 3 and 1, all rows in one 
 # generate_batch's engines: rows that draft and verify raggedly where the models allow it ("auto"),
 # and both models at every position
 ENGINES = ("auto", "lockstep")
-RAGGED = {"gpt2", "llama", "t5"}  # bart's decoder positions count from the first column
+# bart's and marian's decoder positions count from the first column: the lockstep serves them
+RAGGED = {"gpt2", "llama", "qwen2", "t5"}
 
 
 def prompt(seed: int, n: int) -> torch.Tensor:
@@ -82,7 +92,7 @@ def eos_ids(outs: list[list[int]]) -> list[int]:
     """EOS ids that end one output with its last token (at the budget) and, where one can, another
     one inside."""
     last = next(([t] for out in outs if (t := new_at(out, N_NEW - 1)) is not None), [])
-    ends_last = next((out for out in outs if last and out[-1] == last[0]), [])
+    ends_last = next((out for out in outs if last and new_at(out, N_NEW - 1) == last[0]), [])
     inside = [t for out in outs for j in range(2, N_NEW - 2) if (t := new_at(out, j)) is not None]
     return last + [t for t in inside if t not in ends_last][:1]
 
@@ -157,7 +167,9 @@ def test_generate_batch_equals_generate(pairs, arch):
             stopped = compare(large, xs, BATCH_SIZES[(i + 1) % 3], seen, eos_token_id=eos, **kw)
             seen["eos_at_budget"] += sum(len(s) == N_NEW and s[-1] in eos for s in stopped)
             seen["eos_inside"] += sum(len(s) < N_NEW for s in stopped)
-    assert all(v > 0 for v in seen.values()), seen  # the sweep exercised every rule
+    assert all(v > 0 for v in seen.values()), {
+        k: v for k, v in seen.items() if not v
+    }  # every rule ran
 
 
 @pytest.mark.parametrize("arch", ["t5", "llama"])
@@ -250,11 +262,71 @@ def test_sampling_is_refused_and_bad_arguments_fail_fast(pairs):
     assert generate_batch(large, []) == []
 
 
-def test_the_engine_is_chosen_or_refused_by_name(pairs):
-    """engine="ragged" where a model's decoder positions count from the first column (BART) is
-    refused with the reason, before any model call; an unknown engine is a ValueError naming the
+@pytest.mark.parametrize("arch", ["llama", "t5"])
+def test_a_rollback_in_one_row_leaves_the_other_rows_untouched(pairs, arch):
+    """After a round where one row keeps none of its draft and the others part or all of it, every
+    row's cache holds, bit for bit, the keys and values it held before at the positions it keeps
+    (realigning only moves columns), and they are those of the row decoded alone, unpadded; and in a
+    BiLD batch where some rows roll back and others do not, every row's output is its own."""
+    large, drafts = pairs[arch]
+    rows = [prompt(seed, n)[0].tolist() for seed, n in enumerate((5, 3, 7))]
+    fed = 4  # draft columns fed after the rows
+    draft = torch.randint(3, VOCAB, (3, fed), generator=torch.Generator().manual_seed(9))
+    kept = [fed, 0, 2]
+
+    def model(picked: list[int], with_draft: list[int]) -> ragged_engine._Model:
+        if large.config.is_encoder_decoder:
+            source, smask = ragged_engine._left_padded([rows[i][::-1] for i in picked], "cpu")
+            m = ragged_engine._Model(large, source.flip(1), smask.flip(1))
+        else:
+            m = ragged_engine._Model(large)
+        ids, mask = ragged_engine._left_padded(
+            [rows[i] + draft[i, :n].tolist() for i, n in zip(picked, with_draft)], "cpu"
+        )
+        m.feed(ids, mask, 1)
+        return m
+
+    batch = model([0, 1, 2], [0, 0, 0])
+    batch.feed(draft, torch.ones_like(draft), 1)
+    layers = ragged_engine._self_attention(batch.cache).layers
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in layers]
+    mask = batch.mask.clone()
+    width = max(map(len, rows))
+    batch.realign(torch.tensor([width + n for n in kept]))
+    for i, n in enumerate(kept):
+        was = mask[i, : width + n].nonzero()[:, 0]
+        now = batch.mask[i].nonzero()[:, 0]
+        assert len(now) == len(rows[i]) + n
+        alone = ragged_engine._self_attention(model([i], [n]).cache).layers
+        for layer, (keys, values), one in zip(layers, before, alone):
+            assert torch.equal(layer.keys[i][:, now], keys[i][:, was])
+            assert torch.equal(layer.values[i][:, now], values[i][:, was])
+            torch.testing.assert_close(layer.keys[i][:, now], one.keys[0])
+            torch.testing.assert_close(layer.values[i][:, now], one.values[0])
+    xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
+    kw = dict(
+        small=drafts["perturbed"],
+        method="bild",
+        fallback=0.6,
+        rollback=3.0,
+        max_new_tokens=N_NEW,
+        eos_token_id=[],
+    )
+    report = {}
+    outs = generate_batch(large, xs, batch_size=len(xs), report=report, **kw)
+    assert report["engine"] == "ragged"
+    refs = [bildlab.generate(large, x, **kw) for x in xs]
+    assert 0 < sum(r.stats["rollbacks"] > 0 for r in refs) < len(xs)
+    assert [o.tokens for o in outs] == [r.tokens for r in refs]
+    assert [o.stats["rollbacks"] for o in outs] == [r.stats["rollbacks"] for r in refs]
+
+
+@pytest.mark.parametrize("arch", ["bart", "marian"])
+def test_the_engine_is_chosen_or_refused_by_name(pairs, arch):
+    """engine="ragged" where a model's decoder positions count from the first column (BART, Marian)
+    is refused with the reason, before any model call; an unknown engine is a ValueError naming the
     allowed ones; "auto" then runs the lockstep, exactly."""
-    large, drafts = pairs["bart"]
+    large, drafts = pairs[arch]
     xs = [prompt(seed, n) for seed, n in enumerate(LENGTHS)]
     kw = dict(small=drafts["perturbed"], method="speculative", k=2, max_new_tokens=N_NEW)
     capabilities.probe(large)  # probed once per model, as the first generate_batch would
@@ -263,7 +335,8 @@ def test_the_engine_is_chosen_or_refused_by_name(pairs):
     hook = large.register_forward_hook(lambda *a: calls.append(1))
     try:
         with pytest.raises(
-            bildlab.Unsupported, match="engine='ragged' cannot run: BartFor.*absolute"
+            bildlab.Unsupported,
+            match=f"engine='ragged' cannot run: {type(large).__name__}: .*absolute",
         ):
             generate_batch(large, xs, engine="ragged", **kw)
         with pytest.raises(ValueError, match="engine must be one of 'auto', 'ragged', 'lockstep'"):
