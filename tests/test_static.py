@@ -126,6 +126,28 @@ def test_static_cache_follows_the_decoders_depth(uneven, depths, draft):
     assert all(v > 0 for v in seen.values()), seen  # drafts were kept and rolled back
 
 
+@pytest.mark.parametrize("depths", DEPTHS, ids=lambda d: f"{d[0]}enc-{d[1]}dec")
+def test_transformers_baselines_run_on_uneven_depths(uneven, depths):
+    """The timed baselines (transformers' greedy, assisted and prompt-lookup generate) run on a T5
+    whose decoder is deeper or shallower than its encoder (transformers' own cache, sized by the
+    encoder, fails on the deeper one) and give the engine's greedy tokens; an assistant whose
+    decoder is the deeper, whose cache transformers builds itself, is refused by name."""
+    from bildlab.harness.benchmark import hf_generate
+
+    large, drafts = uneven[depths]
+    for seed in range(2):
+        x = prompt(seed)
+        ref = bildlab.generate(large, x, max_new_tokens=N_NEW, eos_token_id=[]).tokens
+        for kw in (dict(), dict(assistant=drafts["exit"], k=3), dict(lookup=True, k=3)):
+            assert hf_generate(large, x, max_new_tokens=N_NEW, eos=[], **kw) == ref, kw
+        deeper = dict(assistant=drafts["perturbed"], k=3)
+        if depths[1] > depths[0]:
+            with pytest.raises(bildlab.Unsupported, match=r"T5ForCond.*decoder \(4 layers\)"):
+                hf_generate(large, x, max_new_tokens=N_NEW, eos=[], **deeper)
+        else:
+            assert hf_generate(large, x, max_new_tokens=N_NEW, eos=[], **deeper) == ref
+
+
 @pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_static_cache_sampling_equals_dynamic_with_the_same_seed(pairs, arch):
     large, drafts = pairs[arch]

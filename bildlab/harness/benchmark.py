@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from ..engine import timing
+from ..engine import capabilities, timing
 from ..engine.decoding import generate
+from ..engine.early_exit import decoder_layers
 from ..engine.policy import DEFAULTS as DEFAULT_POLICY
 from ..engine.policy import Policy
 from ..measure.intervals import interval, ratio_of_sums
@@ -69,6 +70,7 @@ def hf_generate(
         pad_token_id=large.generation_config.pad_token_id or 0,
     )
     if assistant is not None:
+        _check_assistant(assistant)
         notices = logging.getLogger("transformers.generation.utils")
         if _NOTICE not in notices.filters:
             notices.addFilter(_NOTICE)
@@ -80,9 +82,29 @@ def hf_generate(
         )
     elif lookup:
         kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram)
+    if large.config.is_encoder_decoder:
+        # transformers sizes the cache it builds by the encoder's depth (5.x), which fails on a
+        # decoder deeper than its encoder: the cache bildlab's engine keeps, layers added as used
+        kwargs[capabilities.forward(large).cache_kw] = capabilities.new_cache(large)
     out = large.generate(input_ids, **kwargs)
     start = 1 if large.config.is_encoder_decoder else input_ids.shape[1]
     return out[0, start:].tolist()
+
+
+def _check_assistant(assistant) -> None:
+    """transformers' assisted generate builds the assistant's cache itself, sized by the encoder's
+    depth (5.x): an encoder-decoder assistant whose decoder is deeper is refused here, by name,
+    instead of failing deep inside transformers."""
+    if not assistant.config.is_encoder_decoder:
+        return
+    encoder = [m for m in assistant.get_encoder().children() if isinstance(m, torch.nn.ModuleList)]
+    deep, shallow = len(decoder_layers(assistant)), sum(len(m) for m in encoder)
+    if deep > shallow:
+        raise capabilities.Unsupported(
+            f"transformers' assisted generate cannot run the assistant {type(assistant).__name__}: "
+            f"its decoder ({deep} layers) is deeper than its encoder ({shallow}), and transformers "
+            "sizes the assistant's cache by the encoder"
+        )
 
 
 def run(
