@@ -105,6 +105,44 @@ def test_the_geometry_is_read_from_the_model(models):
     )
 
 
+@pytest.mark.parametrize("arch", ["t5", "llama"])
+def test_the_estimate_counts_the_bytes_a_real_decode_holds(models, arch):
+    """The cache and encoder terms against the tensors a decode holds, counted from the tensors
+    themselves: rows of two source lengths, `new` tokens fed one at a time; the cache's source part
+    (cross-attention, or a decoder-only prompt) included."""
+    from bildlab.engine import capabilities
+
+    large = models[arch][0]
+    g, rows, new = memory.geometry(large), 3, 4
+    for source in (5, 17):
+        x = torch.randint(3, 40, (rows, source), generator=torch.Generator().manual_seed(source))
+        cache = capabilities.new_cache(large, record=False)
+        kw = {capabilities.forward(large).cache_kw: cache, "use_cache": True}
+        with torch.no_grad():
+            if large.config.is_encoder_decoder:
+                encoded = large.get_encoder()(input_ids=x)
+                assert encoded.last_hidden_state.nbytes == memory.encoded_bytes(g, rows, source)
+                kw["encoder_outputs"] = encoded
+                ids = torch.zeros((rows, 1), dtype=torch.long)
+                for _ in range(new):
+                    logits = large(input_ids=x, decoder_input_ids=ids, **kw).logits
+                    ids = logits[:, -1:].argmax(-1)
+            else:
+                assert memory.encoded_bytes(g, rows, source) == 0
+                ids = x
+                for _ in range(new + 1):  # the prompt, then new tokens
+                    ids = large(input_ids=ids, **kw).logits[:, -1:].argmax(-1)
+        parts = (
+            [cache.self_attention_cache, cache.cross_attention_cache]
+            if large.config.is_encoder_decoder
+            else [cache]
+        )
+        held = sum(
+            t.nbytes for c in parts for layer in c.layers for t in (layer.keys, layer.values)
+        )
+        assert held == memory.cache_bytes(g, rows, source, new), source
+
+
 def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(models, monkeypatch):
     large, small = models["t5"][0], models["t5"][1]["perturbed"]
     torch.manual_seed(0)

@@ -162,13 +162,17 @@ def encoded_bytes(g: Geometry, rows: int, source: int) -> int:
     return rows * source * g.d_model * g.dtype_bytes if g.encoder_decoder else 0
 
 
+def cache_bytes(g: Geometry, rows: int, source: int, new: int) -> int:
+    """A model's KV cache after `new` tokens of rows of `source` input tokens: keys and values of
+    every decoder layer over the source (cross-attention, or a decoder-only prompt) and the new
+    positions."""
+    return 2 * g.layers * rows * g.kv_heads * g.head_dim * (source + new) * g.dtype_bytes
+
+
 def kept_bytes(g: Geometry, rows: int, source: int, new: int) -> int:
     """What one model holds while its rows decode: encoder outputs, KV cache, one position's logits."""
-    s, B = g.dtype_bytes, rows
-    # cross + self, or prompt + new
-    cache = 2 * g.layers * B * g.kv_heads * g.head_dim * (source + new) * s
-    logits = B * g.vocab * (s + 4 * (1 + SOFTMAX_COPIES))
-    return cache + encoded_bytes(g, rows, source) + logits
+    logits = rows * g.vocab * (g.dtype_bytes + 4 * (1 + SOFTMAX_COPIES))
+    return cache_bytes(g, rows, source, new) + encoded_bytes(g, rows, source) + logits
 
 
 def prefill_bytes(g: Geometry, rows: int, source: int) -> int:
