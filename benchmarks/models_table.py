@@ -1,10 +1,10 @@
 """Write docs/models.md: the model table of tests/test_models.py, run on every architecture listed
 there.
 
-    python benchmarks/models_table.py            # about a minute on one CPU core
+    python benchmarks/models_table.py            # a few minutes on one CPU core
 
 Each architecture's tiny random model (and its one-layer copy as the small model) is decoded by
-every method and by generate_batch on three prompts, with and without an EOS inside the output, and
+every method, by generate_batch and on a static cache on three prompts, with and without an EOS inside the output, and
 compared with transformers' greedy generate: "exact" (all tokens equal) or "refused"
 (bildlab.Unsupported before the first token). The test module checks that every line written here is
 what the installed transformers gives."""
@@ -34,12 +34,16 @@ are in [decoding.md](decoding.md#which-models). The CI set: {cheap}; the others 
 
 Routes: `greedy`; `speculative` (k=3, the one-layer copy as draft); `bild` (fallback 0, rollback 0, N=3,
 first-differing: lossless); `bild-first-above` (the paper's rule, the large model as its own draft: lossless); each also
-through `generate_batch` ("batch ..."); every route but greedy keeps drafted tokens somewhere. `lossy`: BiLD
+through `generate_batch` ("batch ...") and through `generate` on a static cache ("static ...": refused where the model's
+logits on a static cache differ from those on the dynamic cache, or its forward fails on one, or its cache holds
+a recurrent state or a sliding window shorter than the static cache); every route but greedy keeps drafted tokens
+somewhere. `lossy`: BiLD
 first-above with fallback 0.3, rollback 1 and the one-layer draft, where no transformers reference exists: `generate`
 against `generate_batch`.
 
 A wider search, `benchmarks/models_sweep.py` (every causal-LM and seq2seq architecture that transformers 5.24.0
-registers, from generic tiny config values, through the same checks), built and ran 129 of 234 model types: none gave
+registers, from generic tiny config values, through the same checks before the static routes
+existed), built and ran 129 of 234 model types: none gave
 other tokens than transformers' greedy `generate` or failed other than by bildlab's refusal; 101 were exact on every
 route, 28 had routes refused (BERT-like decoders built with `is_decoder=False` and FSMT, whose tokens fed at once
 see the tokens after them; the token-derived decoder positions of M2M100, NLLB and SeamlessM4T; recurrent states; no
@@ -68,7 +72,7 @@ def main() -> None:
     )
     with atomic_path(DOC) as tmp:
         tmp.write_text(head + "\n".join(lines) + "\n\n[Back to decoding.md](decoding.md)\n")
-    assert len(CHECKS) * 2 == len(ROUTES)
+    assert len(CHECKS) * 3 == len(ROUTES)
 
 
 if __name__ == "__main__":

@@ -292,6 +292,30 @@ ARCHITECTURES = {
         "decoder_layers",
     ),
     "mt5": ("MT5ForConditionalGeneration", "MT5Config", T5, "num_decoder_layers"),
+    "led": (
+        "LEDForConditionalGeneration",
+        "LEDConfig",
+        {
+            **{k: v for k, v in SEQ2SEQ.items() if k != "max_position_embeddings"},
+            "max_encoder_position_embeddings": 128,
+            "max_decoder_position_embeddings": 128,
+            "attention_window": 8,
+            "decoder_start_token_id": 2,
+        },
+        "decoder_layers",
+    ),
+    "fsmt": (
+        "FSMTForConditionalGeneration",
+        "FSMTConfig",
+        {
+            **SEQ2SEQ,
+            "langs": ["en", "de"],
+            "src_vocab_size": VOCAB,
+            "tgt_vocab_size": VOCAB,
+            "forced_eos_token_id": None,
+        },
+        "decoder_layers",
+    ),
     "prophetnet": (
         "ProphetNetForConditionalGeneration",
         "ProphetNetConfig",
@@ -359,26 +383,33 @@ CHECKS = [
     ),
 ]
 METHODS = [name for name, _, _ in CHECKS]
-ROUTES = METHODS + [f"batch {m}" for m in METHODS]
+# each method by generate, by generate_batch and by generate on a static cache
+ROUTES = METHODS + [f"{way} {m}" for way in ("batch", "static") for m in METHODS]
 # what bildlab refuses where the table is expected to hold (every other route is exact)
 ALL = set(ROUTES)
 ROLLBACK = {"speculative", "bild", "bild-first-above"}
+STATIC = {f"static {m}" for m in METHODS}  # a static cache refused whatever the method
+STATIC_ROLLBACK = {f"static {m}" for m in ROLLBACK}
 REFUSED = {
     "openai-gpt": ALL,
     "xlnet": ALL,
     "rwkv": ALL,
     "bart": ALL,
-    "mamba": ROLLBACK,
-    "jamba": ROLLBACK,
-    "bamba": ROLLBACK,
-    "falcon-mamba": ROLLBACK,
-    "mamba2": ROLLBACK,
-    "falcon-h1": ROLLBACK,
-    "recurrent-gemma": ROLLBACK,
-    "prophetnet": ROLLBACK,
+    "mamba": ROLLBACK | STATIC,
+    "jamba": ROLLBACK | STATIC,
+    "bamba": ROLLBACK | STATIC,
+    "falcon-mamba": ROLLBACK | STATIC,
+    "mamba2": ROLLBACK | STATIC,
+    "falcon-h1": ROLLBACK | STATIC,
+    "recurrent-gemma": ROLLBACK | STATIC,
+    "lfm2": STATIC,
+    "mistral-window": STATIC,  # its window is shorter than the static cache
+    "prophetnet": ROLLBACK | STATIC,
     "xlm": ALL,
-    "bert-not-a-decoder": ROLLBACK,
-    "m2m100": ROLLBACK,
+    "bert-not-a-decoder": ROLLBACK | STATIC,
+    "m2m100": ROLLBACK | STATIC_ROLLBACK,
+    "led": STATIC,
+    "fsmt": ROLLBACK | STATIC,
 }
 # (large, small) decoder layers where not (2, 1): RWKV's init divides by layers - 1
 DEPTHS = {"rwkv": (3, 2)}
@@ -409,10 +440,12 @@ def hf_greedy(model, x, eos):
 
 def _run(route: str, large, small, xs, eos, written: list) -> list[list[int]]:
     """The route's tokens for every prompt; the small model's tokens are counted in `written`."""
-    name, kw, self_draft = next(c for c in CHECKS if c[0] == route.removeprefix("batch "))
+    name, kw, self_draft = next(c for c in CHECKS if c[0] == route.split()[-1])
     kw = dict(kw, small=large if self_draft else small, max_new_tokens=N_NEW, eos_token_id=eos)
     if route.startswith("batch "):
         outs = generate_batch(large, xs, batch_size=4, **kw)
+    elif route.startswith("static "):
+        outs = [bildlab.generate(large, x, cache="static", **kw) for x in xs]
     else:
         outs = [bildlab.generate(large, x, **kw) for x in xs]
     written.extend(out.stats["small_tokens"] for out in outs)
@@ -465,6 +498,7 @@ def outcomes(name: str, pair=None) -> dict[str, str]:
 
 def _reason(message: str) -> str:
     """A refusal's reason: the message after the model class, the method and the route."""
+    message = re.sub(r"^refused: cache='static': \w+ \(the [\w ]+\):? ", "static cache: ", message)
     return re.sub(
         r"^refused: \w+: method '[\w-]+'( in generate_batch)?( \(as the small model\))?:? ",
         "",
@@ -497,9 +531,10 @@ def _check(name: str):
     for route in refused:
         method = next(kw["method"] for check, kw, _ in CHECKS if check == route.split()[-1])
         batch = " in generate_batch" if route.startswith("batch") else ""
+        static = f"refused: cache='static': {ARCHITECTURES[name][0]} (the "
         assert table[route].startswith(
             f"refused: {ARCHITECTURES[name][0]}: method '{method}'{batch}"
-        ), table[route]
+        ) or (route.startswith("static") and table[route].startswith(static)), table[route]
 
 
 @pytest.mark.parametrize("name", CHEAP)

@@ -96,26 +96,81 @@ def require(
     """Refuse, naming the model, what its static cache cannot do exactly: layers that are not
     attention layers (a recurrent state), sliding-window layers whose window is shorter than the
     cache (a rollback past an evicted position could not be undone: transformers' `is_croppable`),
-    and sliding-window layers compiled (their position is a Python int, one graph per position)."""
+    sliding-window layers compiled (their position is a Python int, one graph per position), and a
+    model whose logits on a static cache are not those on the dynamic cache (`_probe`)."""
     name = f"{type(model).__name__} (the {role})"
     kinds = {type(layer).__name__ for layer in cache.layers}
     if kinds - {"StaticLayer", "StaticSlidingWindowLayer"}:
-        raise ValueError(
+        raise capabilities.Unsupported(
             f"cache='static': {name} has cache layers {sorted(kinds)}; bildlab's static cache takes "
             "attention layers only: use cache='dynamic'"
         )
     sliding = [layer for layer in cache.layers if isinstance(layer, StaticSlidingWindowLayer)]
     if sliding and not cache.is_croppable:
-        raise ValueError(
+        raise capabilities.Unsupported(
             f"cache='static': {name} has sliding-window layers (window {sliding[0].max_cache_len}) "
             f"shorter than the static cache ({length} positions): a rollback could not "
             "restore evicted positions; lower max_new_tokens or use cache='dynamic'"
         )
     if sliding and compile:
-        raise ValueError(
+        raise capabilities.Unsupported(
             f"compile=True: {name} has sliding-window layers, whose cache position is a Python int "
             "(a compiled graph per position); use compile=False (cache='static' works eagerly)"
         )
+    why = _probe(model)
+    if why is not None:
+        raise capabilities.Unsupported(f"cache='static': {name}: {why}; use cache='dynamic'")
+
+
+# model -> why its static cache is not exact (None: it is)
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@torch.inference_mode()
+def _probe(model: PreTrainedModel) -> str | None:
+    """Why the model's logits on a static cache differ from those on the dynamic cache (the one
+    `capabilities.probe` vets), or None: a prefill, one token, then two at once, fed to both and
+    compared beyond rounding. Once per model."""
+    if model in _PROBED:
+        return _PROBED[model]
+    fwd, device = capabilities.forward(model), model.device
+    vocab = model.config.get_text_config().vocab_size
+
+    def ids(*tokens):
+        return torch.tensor([tokens], device=device) % vocab
+
+    why = None
+    try:
+        encoded = None
+        if model.config.is_encoder_decoder:
+            encoded = model.get_encoder()(input_ids=ids(3, 4, 5), return_dict=True)
+            chunks = [ids(model.generation_config.decoder_start_token_id or 0)]
+        else:
+            chunks = [ids(3, 4)]
+        static = StaticCache(config=_decoder_config(model), max_cache_len=LENGTH_STEP)
+        cache = EncoderDecoderCache(static, DynamicCache()) if encoded is not None else static
+        dynamic = capabilities.new_cache(model, record=False)
+        past = 0
+        for chunk in chunks + [ids(5), ids(6, 7)]:
+            got = capabilities._feed(model, fwd, cache, chunk, past, encoded=encoded)
+            want = capabilities._feed(model, fwd, dynamic, chunk, past, encoded=encoded)
+            past += chunk.shape[1]
+            if capabilities._differs(want, got):
+                why = (
+                    "its logits on a static cache differ from those on the dynamic cache (by "
+                    f"{capabilities._gap(want, got):.3g} after {past} positions)"
+                )
+                break
+    except Exception as e:  # noqa: BLE001 -- a forward that fails on a static cache: refused, with its reason
+        why = f"its forward fails on a static cache ({capabilities._one_line(e)})"
+    _PROBED[model] = why
+    return why
+
+
+def _decoder_config(model: PreTrainedModel):
+    """The config that sizes the decoder's cache: the decoder stack's own where it has one (T5's
+    counts num_decoder_layers), else the model's (FSMT's decoder keeps none)."""
+    return getattr(model.get_decoder(), "config", model.config)
 
 
 def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> StaticCache:
@@ -126,7 +181,7 @@ def _static_cache(model: PreTrainedModel, length: int, device, role: str) -> Sta
     # sized by the decoder's own config: an encoder-decoder's top-level config may count the
     if cache is None:
         # encoder's layers (T5's num_layers; its decoder stack's config holds num_decoder_layers)
-        cache = held[key] = StaticCache(config=model.get_decoder().config, max_cache_len=length)
+        cache = held[key] = StaticCache(config=_decoder_config(model), max_cache_len=length)
     # positions back to 0 (and stale keys zeroed: cheap, and no NaN can ever enter a masked product)
     cache.reset()
     return cache
