@@ -41,8 +41,12 @@ def tiny(
             **common,
         )
         model = tf.GPT2LMHeadModel(cfg)
-    elif arch == "llama":
-        cfg = tf.LlamaConfig(
+    elif arch in ("llama", "qwen2"):
+        config_cls, model_cls = {
+            "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
+            "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+        }[arch]
+        cfg = config_cls(
             num_hidden_layers=layers,
             hidden_size=32,
             intermediate_size=64,
@@ -52,19 +56,7 @@ def tiny(
             initializer_range=0.3 * scale,
             **common,
         )
-        model = tf.LlamaForCausalLM(cfg)
-    elif arch == "qwen2":
-        cfg = tf.Qwen2Config(
-            num_hidden_layers=layers,
-            hidden_size=32,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            initializer_range=0.3 * scale,
-            **common,
-        )
-        model = tf.Qwen2ForCausalLM(cfg)
+        model = model_cls(cfg)
     elif arch == "t5":
         cfg = tf.T5Config(
             d_model=32,
