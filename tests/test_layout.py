@@ -44,6 +44,7 @@ ORDER = [
     "toy.train",
     "harness",
     "harness.evaluate",
+    "harness.batch_sizes",
     "harness.retime",
     "harness.calibrate",
     "harness.records",
