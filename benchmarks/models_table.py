@@ -46,7 +46,8 @@ registers, from generic tiny config values, through the same checks before the s
 existed), built and ran 129 of 234 model types: none gave
 other tokens than transformers' greedy `generate` or failed other than by bildlab's refusal; 101 were exact on every
 route, 28 had routes refused (BERT-like decoders built with `is_decoder=False` and FSMT, whose tokens fed at once
-see the tokens after them; the token-derived decoder positions of M2M100, NLLB and SeamlessM4T; recurrent states; no
+see the tokens after them; the token-derived decoder positions of M2M100, NLLB and SeamlessM4T, since fed in
+pieces; recurrent states; no
 cache argument; a forward that fails on bildlab's cache or on several tokens at once; Blenderbot's
 `encoder_no_repeat_ngram_size`). The other 105 do not build from generic values (they
 need values of their own) and are not covered by it.

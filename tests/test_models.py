@@ -389,7 +389,6 @@ ROUTES = METHODS + [f"{way} {m}" for way in ("batch", "static") for m in METHODS
 ALL = set(ROUTES)
 ROLLBACK = {"speculative", "bild", "bild-first-above"}
 STATIC = {f"static {m}" for m in METHODS}  # a static cache refused whatever the method
-STATIC_ROLLBACK = {f"static {m}" for m in ROLLBACK}
 REFUSED = {
     "openai-gpt": ALL,
     "xlnet": ALL,
@@ -407,7 +406,6 @@ REFUSED = {
     "prophetnet": ROLLBACK | STATIC,
     "xlm": ALL,
     "bert-not-a-decoder": ROLLBACK | STATIC,
-    "m2m100": ROLLBACK | STATIC_ROLLBACK,
     "led": STATIC,
     "fsmt": ROLLBACK | STATIC,
 }
@@ -661,3 +659,42 @@ def test_a_model_whose_positions_padding_moves_is_batched_by_length():
         assert [o.tokens for o in outs] == [
             bildlab.generate(large, x, max_new_tokens=3, eos_token_id=[]).tokens for x in xs
         ]
+
+
+def test_a_chunk_holding_the_pad_token_keeps_every_positions_one_after_another(monkeypatch):
+    """M2M100's decoder derives positions from the tokens, and a pad token fed with tokens after it
+    in one call moves their positions: the views feed such a chunk in pieces that end after the pad
+    (`capabilities.split_after_pad`), and a verification's logits equal those of one token after
+    another, on both caches; fed whole, they would not."""
+    import dataclasses
+
+    from bildlab.engine import static, views
+
+    large, _ = build("m2m100")
+    pad = large.generation_config.pad_token_id
+    assert capabilities.probe(large).pad_split == pad
+    x = torch.tensor([[5, 9, 7, 2]])
+    seq = torch.tensor([[large.generation_config.decoder_start_token_id, 11, pad, 13, 14]])
+
+    def view(cache):
+        if cache == "static":
+            return static.StaticView(large, x, static.cache_length(seq.shape[1], 4))
+        return views.View(large, x)
+
+    with torch.inference_mode():
+        for cache in ("dynamic", "static"):
+            one = view(cache)
+            alone = torch.cat([one.logits(seq, end, 1) for end in range(1, seq.shape[1] + 1)])
+            split = view(cache)
+            split.logits(seq, 1, 1)
+            chunk = split.logits(seq, seq.shape[1], 4)
+            assert split.calls == 2  # the split verification counts as one call
+            torch.testing.assert_close(chunk, alone[1:])
+            probed = capabilities._PROBED[large]
+            monkeypatch.setitem(
+                capabilities._PROBED, large, dataclasses.replace(probed, pad_split=None)
+            )
+            whole = view(cache)
+            whole.logits(seq, 1, 1)
+            assert capabilities._differs(alone[1:], whole.logits(seq, seq.shape[1], 4))
+            monkeypatch.setitem(capabilities._PROBED, large, probed)

@@ -95,6 +95,9 @@ class Cache:
     pads: bool = False
     # encoder-decoder: a decoder row left-padded by one gets the unpadded row's logits
     shifts: bool = False
+    # a model that derives positions from the tokens (M2M100's decoder): the pad token, after which
+    # a chunk is fed in two calls so that every token keeps its one-after-another position
+    pad_split: int | None = None
 
 
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -169,17 +172,21 @@ def probe(model: PreTrainedModel) -> Cache:
         found = _PROBED[model] = Cache(_one_line(e), None, False, "unknown")
         return found
     chunks = _chunks(model, fwd, cache, prefix.shape[1] + 1, encoded, ids) if croppable else None
+    pad_split = None
+    if isinstance(chunks, int):  # exact once split after the pad token
+        chunks, pad_split = None, chunks
     pads = encoded is None and fwd.positions and croppable and _pads(model, fwd, ids, first, step)
     shifts = encoded is not None and croppable and _shifts(model, fwd, ids, prefix, encoded)
-    found = _PROBED[model] = Cache(None, chunks, croppable, kind, pads, shifts)
+    found = _PROBED[model] = Cache(None, chunks, croppable, kind, pads, shifts, pad_split)
     return found
 
 
-def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
+def _chunks(model, fwd, cache, past, encoded, ids) -> str | int | None:
     """Why tokens fed several at once, as a verification feeds them, do not give the logits of one
-    token after another (None: they do): the first token must not see the second; a pad token must
-    not move the positions after it (a model that derives positions from the tokens, as M2M100's
-    decoder)."""
+    token after another (None: they do): the first token must not see the second. A pad token that
+    moves the positions after it (a model that derives positions from the tokens, as M2M100's
+    decoder) gives the pad token's id instead: fed in two calls, the second starting after the
+    pad, the chunk is exact (`split_after_pad`)."""
 
     def feed(*tokens):
         return _feed(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
@@ -205,10 +212,7 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | None:
             back(2)
             feed(pad)
             if _differs(padded[1], feed(7)[-1], noise):
-                return (
-                    f"fed at once after the pad token ({pad}), a token gets another position than one after "
-                    "another: this model derives positions from the tokens"
-                )
+                return pad
         back(2)
     except Exception as e:  # noqa: BLE001
         return _one_line(e)
@@ -275,6 +279,10 @@ def ragged(model: PreTrainedModel) -> str | None:
         return f"its cache holds {cache.kind}, not rows of DynamicLayer tensors to realign"
     if cache.chunks is not None:
         return cache.chunks
+    if cache.pad_split is not None:
+        return (
+            "it derives positions from the tokens: a drafted pad token moves the positions after it"
+        )
     if model.config.is_encoder_decoder and not cache.shifts:
         return "a decoder row shifted right by padding gets other logits (absolute positions)"
     if not model.config.is_encoder_decoder and not cache.pads:
@@ -371,6 +379,16 @@ def require(
             f"token after another, to verify a draft ({cache.chunks}); greedy and generate_batch work"
         )
     return fwd
+
+
+def split_after_pad(ids: torch.Tensor, pad: int) -> list[torch.Tensor]:
+    """ids [1, n] cut after every pad token but the last position: fed one piece after another, a
+    model that derives positions from the tokens gives each token its one-after-another position."""
+    ends = (ids[0, :-1] == pad).nonzero()[:, 0].tolist()
+    if not ends:
+        return [ids]
+    bounds = [0] + [e + 1 for e in ends] + [ids.shape[1]]
+    return [ids[:, a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def pads(model: PreTrainedModel) -> bool:

@@ -234,6 +234,7 @@ class StaticView(View):
         # CUDA graphs: outputs are overwritten by the next run
         self.graphs = compile and model.device.type == "cuda"
         self.cached, self.calls, self.seconds = 0, 0, 0.0
+        self.pad_split = capabilities.probe(model).pad_split
         t0 = _clock(input_ids.device)
         if self.encoder_decoder:  # once per input; compiled, any source length takes one graph
             encoder = compiled(model, "encoder") if compile else model.get_encoder()
@@ -258,9 +259,9 @@ class StaticView(View):
         if self.graphs:  # the previous run's outputs are no longer read (cloned where kept)
             torch.compiler.cudagraph_mark_step_begin()
 
-    def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
+    def _logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
         """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed
-        positions."""
+        positions (`View.logits` splits a chunk where positions derive from the tokens)."""
         n = end - self.cached
         # compiled: every call of at most BUCKETS[-1] positions but the first (a prompt; the
         # cross-attention keys, computed once and kept)
@@ -370,7 +371,7 @@ class StaticEarlyExitView(StaticView):
         self.forward = compiled(model) if self.compile else model
         self.seen, self.source = _SEEN.setdefault(model, set()), large.source
         self.depth = len(decoder_layers(model))
-        self.cached = large.cached
+        self.cached, self.pad_split = large.cached, large.pad_split
         self.calls = 0
         self.seconds = 0.0
 

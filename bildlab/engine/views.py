@@ -22,6 +22,7 @@ class View:
         fwd = capabilities.forward(model)  # position ids as transformers' generate builds them
         self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
         self.cached = 0  # positions of the sequence buffer already in the cache
+        self.pad_split = capabilities.probe(model).pad_split
         self.calls = 0
         self.seconds = 0.0
         t0 = _clock(input_ids.device)
@@ -33,7 +34,19 @@ class View:
 
     def logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
         """Feed seq[cached:end] and return float logits [keep, vocab] for the last `keep` fed
-        positions."""
+        positions. A model that derives positions from the tokens (`capabilities.Cache.pad_split`)
+        is fed a chunk holding its pad token in pieces, each ending after a pad, counted as one
+        call."""
+        if self.pad_split is not None and end - self.cached > 1:
+            pieces = capabilities.split_after_pad(seq[:, self.cached : end], self.pad_split)
+            if len(pieces) > 1:
+                ends = (self.cached + torch.tensor([p.shape[1] for p in pieces]).cumsum(0)).tolist()
+                logits = torch.cat([self._logits(seq, e, e - self.cached) for e in ends], 0)
+                self.calls -= len(pieces) - 1
+                return logits[-keep:]
+        return self._logits(seq, end, keep)
+
+    def _logits(self, seq: torch.Tensor, end: int, keep: int) -> torch.Tensor:
         new = seq[:, self.cached : end]
         kwargs = {self.cache_kw: self.cache, "use_cache": True}
         if self.encoder_decoder:
@@ -76,7 +89,7 @@ class EarlyExitView(View):
         self.cache = large.cache
         self.self_cache = large.cache.self_attention_cache if large.encoder_decoder else large.cache
         self.depth = len(decoder_layers(model))
-        self.cached = large.cached
+        self.cached, self.pad_split = large.cached, large.pad_split
         self.calls = 0
         self.seconds = 0.0
 
