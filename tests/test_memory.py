@@ -143,13 +143,18 @@ def test_the_estimate_counts_the_bytes_a_real_decode_holds(models, arch):
         assert held == memory.cache_bytes(g, rows, source, new), source
 
 
-def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(models, monkeypatch):
+@pytest.mark.parametrize("engine, run", [("ragged", "ragged"), ("lockstep", "_lockstep")])
+def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(
+    models, monkeypatch, engine, run
+):
     large, small = models["t5"][0], models["t5"][1]["perturbed"]
     torch.manual_seed(0)
     xs = [torch.randint(3, 48, (1, n)) for n in (5, 9, 7, 12, 6, 8)]
-    kw = dict(small=small, method="bild", fallback=0.5, rollback=2.0, max_new_tokens=10)
+    kw = dict(
+        small=small, method="bild", fallback=0.5, rollback=2.0, max_new_tokens=10, engine=engine
+    )
     whole = generate_batch(large, xs, batch_size=6, **kw)
-    real, seen = batch._lockstep, []
+    real, seen = getattr(batch, run), []
 
     def small_device(large, small, rows, *a):  # a device on which only two rows fit
         seen.append(len(rows))
@@ -157,7 +162,7 @@ def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(mo
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(large, small, rows, *a)
 
-    monkeypatch.setattr(batch, "_lockstep", small_device)
+    monkeypatch.setattr(batch, run, small_device)
     report = {}
     split = generate_batch(large, xs, batch_size=6, report=report, **kw)
     assert [o.tokens for o in split] == [o.tokens for o in whole]
@@ -167,11 +172,14 @@ def test_an_out_of_memory_error_splits_the_batch_and_the_tokens_are_unchanged(mo
         and report["splits"] == 3
         and report["batches"] == [1, 2, 1, 2]
     )
+    assert report["engine"] == engine
+    kw.pop("engine")
     for x, o in zip(xs, split):  # and each is the engine's
         assert o.tokens == generate(large, x, **kw).tokens
     monkeypatch.setattr(
-        batch, "_lockstep", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("one row"))
+        batch, run, lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("one row"))
     )
+    kw["engine"] = engine
     # a single row that does not fit is the user's to see
     with pytest.raises(torch.OutOfMemoryError):
         generate_batch(large, xs[:1], **kw)
