@@ -95,8 +95,8 @@ class Cache:
     pads: bool = False
     # encoder-decoder: a decoder row left-padded by one gets the unpadded row's logits
     shifts: bool = False
-    # a model that derives positions from the tokens (M2M100's decoder): the pad token, after which
-    # a chunk is fed in two calls so that every token keeps its one-after-another position
+    # a model that derives positions from the tokens (M2M100's decoder): the pad token; a chunk is
+    # fed in pieces ending after it, so that every token keeps its one-after-another position
     pad_split: int | None = None
 
 
@@ -185,8 +185,8 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | int | None:
     """Why tokens fed several at once, as a verification feeds them, do not give the logits of one
     token after another (None: they do): the first token must not see the second. A pad token that
     moves the positions after it (a model that derives positions from the tokens, as M2M100's
-    decoder) gives the pad token's id instead: fed in two calls, the second starting after the
-    pad, the chunk is exact (`split_after_pad`)."""
+    decoder) gives the pad token's id instead: fed in pieces that end after a pad, the chunk is
+    exact (`split_after_pad`)."""
 
     def feed(*tokens):
         return _feed(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
