@@ -1,10 +1,14 @@
 """Benchmark: does speculation survive batching? `generate_batch`'s greedy, speculative decoding,
-BiLD and prompt lookup at batch sizes 1 to 64 on a toy pair's test inputs, each method against
+BiLD and prompt lookup at batch sizes 1 to 64 on a toy pair's test inputs (speculative decoding and
+BiLD by both engines of `generate_batch`: ragged and lockstep), each method against
 batched greedy at the same batch size (`bildlab.harness.batch_sizes`: the one timing protocol,
 paired intervals over the batches).
 
     python benchmarks/bench_batch_sizes.py --pair toy-mt-llama            # 256 inputs, 1..64
     python benchmarks/bench_batch_sizes.py --pair toy-mt --n 128 --batch-sizes 1,8,64
+
+Each row is set beside what the calibrated costs predict: every batch's forwards (`generate_batch`
+counts them by rows and columns) priced by a grid of forwards timed in the same run.
 
 Writes results/batch-sizes/<pair>.json (the machine, the zoo's fingerprint, the settings and a row
 per batch size and method), rewritten atomically after each batch size: an interrupted run resumes
@@ -30,6 +34,9 @@ METHODS = {
     "speculative k 4": dict(method="speculative", k=4),
     "bild fb 0.5 rb 3": dict(method="bild", fallback=0.5, rollback=3.0),
     "prompt lookup k 4": dict(method="prompt-lookup", k=4, ngram=2),
+    # the same outputs by the lockstep (both models at every position): which engine is faster
+    "speculative k 4 lockstep": dict(method="speculative", k=4, engine="lockstep"),
+    "bild fb 0.5 rb 3 lockstep": dict(method="bild", fallback=0.5, rollback=3.0, engine="lockstep"),
 }
 
 
@@ -57,6 +64,7 @@ def main(argv=None) -> int:
         "threads": args.threads,
         "methods": METHODS,
         "torch": torch.__version__,
+        "grid": {"columns": batch_sizes.COLUMNS, "source": batch_sizes.SOURCE},
     }
     path = Path(args.out) / f"{args.pair}.json"
     done = json.loads(path.read_text()) if path.exists() else {}
@@ -80,10 +88,13 @@ def main(argv=None) -> int:
             tmp.write_text(json.dumps({**head, "rows": rows}, indent=1) + "\n")
         for r in new:
             lo, hi = r["speedup_ci"]
+            plo, phi = r["predicted_speedup_ci"]
             print(
                 f"batch {size:3d} {r['method']:>20} {r['engine']:>8}: "
                 f"{r['outputs_per_second']:7.1f} outputs/s, {r['speedup']:.2f}x greedy "
-                f"[{lo:.2f}, {hi:.2f}] (N={r['batches']} batches), "
+                f"[{lo:.2f}, {hi:.2f}] (N={r['batches']} batches), predicted "
+                f"{r['predicted_speedup']:.2f}x [{plo:.2f}, {phi:.2f}], forwards "
+                f"{r['forward_share']:.0%} of the time, "
                 f"{r['identical']}/{r['rows']} equal to greedy",
                 flush=True,
             )

@@ -274,12 +274,12 @@ def test_a_rollback_in_one_row_leaves_the_other_rows_untouched(pairs, arch):
     draft = torch.randint(3, VOCAB, (3, fed), generator=torch.Generator().manual_seed(9))
     kept = [fed, 0, 2]
 
-    def model(picked: list[int], with_draft: list[int]) -> ragged_engine._Model:
+    def model(picked: list[int], with_draft: list[int]) -> ragged_engine.Rows:
         if large.config.is_encoder_decoder:
             source, smask = ragged_engine._left_padded([rows[i][::-1] for i in picked], "cpu")
-            m = ragged_engine._Model(large, source.flip(1), smask.flip(1))
+            m = ragged_engine.Rows(large, source.flip(1), smask.flip(1))
         else:
-            m = ragged_engine._Model(large)
+            m = ragged_engine.Rows(large)
         ids, mask = ragged_engine._left_padded(
             [rows[i] + draft[i, :n].tolist() for i, n in zip(picked, with_draft)], "cpu"
         )

@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import VOCAB, perturbed, tiny
 
+from bildlab.engine.batch import generate_batch
 from bildlab.harness import batch_sizes
 
 METHODS = {
@@ -79,3 +80,94 @@ def test_bad_arguments_are_refused_by_name(pair, kw, words):
     with pytest.raises(ValueError) as info:
         batch_sizes.measure(large, small, inputs(3), max_new_tokens=4, **args)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_a_batchs_forwards_are_counted_as_its_rows_counts_say(pair):
+    """Every ragged verification holds each unfinished row once: the rows of the large model's
+    forwards sum to the rows' own large_calls; a lockstep greedy batch without EOS is a prefill
+    over the left-padded prompts, then one step over every row per token."""
+    large, small = pair
+    xs = inputs(5)
+    report = {}
+    outs = generate_batch(
+        large, xs, small=small, method="speculative", k=3, max_new_tokens=9, report=report
+    )
+    assert report["engine"] == "ragged"
+    by = {name: 0 for name in ("large", "small")}
+    for name, rows, _, count in report["calls"]:
+        by[name] += rows * count
+    assert by["large"] == sum(o.stats["large_calls"] for o in outs)
+    # rows whose draft ended early are fed along with the others
+    assert by["small"] >= sum(o.stats["small_calls"] for o in outs)
+    report = {}
+    generate_batch(large, xs, max_new_tokens=9, eos_token_id=[], report=report)
+    width = max(x.shape[1] for x in xs)
+    assert report["calls"] == [["large", 5, 1, 8], ["large", 5, width, 1]]
+
+
+def test_an_encoder_decoders_batch_counts_its_encoders_once():
+    large = tiny("t5", seed=5)
+    small = perturbed(large, 0.3, seed=4)
+    xs = inputs(4)
+    report = {}
+    generate_batch(
+        large,
+        xs,
+        small=small,
+        method="bild",
+        fallback=0.5,
+        rollback=3.0,
+        max_new_tokens=6,
+        report=report,
+    )
+    width = max(x.shape[1] for x in xs)
+    encoders = [c for c in report["calls"] if c[0].endswith("encoder")]
+    assert encoders == [["large encoder", 4, width, 1], ["small encoder", 4, width, 1]]
+
+
+def test_the_price_of_forwards_is_exact_where_the_cost_is_linear():
+    """A grid of a cost linear in rows and in columns prices any shape exactly, inside the grid
+    and beyond it."""
+
+    def cost(r, c):
+        return 0.001 + 0.0002 * r + 0.0003 * c
+
+    grid = {"large": {r: {c: cost(r, c) for c in (1, 4, 8)} for r in (1, 2, 4)}}
+    calls = [["large", 3, 5, 2], ["large", 1, 1, 7], ["large", 6, 12, 1]]
+    want = 2 * cost(3, 5) + 7 * cost(1, 1) + cost(6, 12)
+    assert batch_sizes.price(calls, grid) == pytest.approx(want, rel=1e-12)
+
+
+def test_each_method_is_priced_beside_its_clock(pair):
+    large, small = pair
+    rows = batch_sizes.measure(
+        large, small, inputs(6), METHODS, [1, 3], max_new_tokens=6, cost_batches=2
+    )
+    for r in rows:
+        lo, hi = r["predicted_speedup_ci"]
+        assert lo <= r["predicted_speedup"] <= hi
+        lo, hi = r["measured_over_predicted_ci"]
+        assert lo <= r["measured_over_predicted"] <= hi
+        assert r["measured_over_predicted"] == pytest.approx(r["speedup"] / r["predicted_speedup"])
+        assert 0 < r["forward_share"]
+        if r["method"] == "greedy":
+            assert r["predicted_speedup"] == 1.0
+    grids = [r["grid"] for r in rows if "grid" in r]
+    assert [sorted(g["large"]) for g in grids] == [[1], [1, 2, 3]]
+    assert sorted(grids[1]["large"][3]) == list(batch_sizes.COLUMNS)
+
+
+def test_a_method_may_name_its_engine(pair):
+    large, small = pair
+    both = {
+        "speculative": dict(method="speculative", k=3),
+        "speculative lockstep": dict(method="speculative", k=3, engine="lockstep"),
+    }
+    rows = batch_sizes.measure(large, small, inputs(4), both, [2], max_new_tokens=6, costs=False)
+    assert [(r["method"], r["engine"]) for r in rows] == [
+        ("greedy", "lockstep"),
+        ("speculative", "ragged"),
+        ("speculative lockstep", "lockstep"),
+    ]
+    assert all(r["identical"] == 4 for r in rows)
+    assert all("predicted_speedup" not in r and "grid" not in r for r in rows)

@@ -57,6 +57,8 @@ calls. Sampling is refused: a sampled output depends on the random stream of the
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 from transformers import PreTrainedModel
 
@@ -78,8 +80,17 @@ class _Rows:
     """One model run over the rows of a batch, one position per row and call: its KV cache and
     encoder outputs."""
 
-    def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
-        self.model = model
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        source=None,
+        source_mask=None,
+        encoded=None,
+        *,
+        calls=None,
+        name: str = "large",
+    ):
+        self.model, self.calls, self.name = model, calls, name
         # positions: else the model derives them (never padded then)
         fwd = capabilities.forward(model)
         self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
@@ -90,6 +101,7 @@ class _Rows:
         if model.config.is_encoder_decoder:
             if encoded is None:
                 encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+                tally.call(calls, f"{name} encoder", source)
             self.encoded = encoded.last_hidden_state
             # the encoder's own output class (MoE models read its router fields)
             self.wrap = type(encoded)
@@ -99,6 +111,7 @@ class _Rows:
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None
     ) -> torch.Tensor:
         """Feed ids [rows, n] and return float logits [rows, vocab] at the last fed position."""
+        tally.call(self.calls, self.name, ids)
         kw = {
             self.cache_kw: self.cache,
             "use_cache": True,
@@ -202,8 +215,10 @@ def _lockstep(
     policy: Policy,
     budget: int,
     eos: torch.Tensor,
+    calls=None,
 ) -> list[Output]:
-    """Decode the rows `xs` together; `small` is None when the method never drafts."""
+    """Decode the rows `xs` together; `small` is None when the method never drafts; `calls`: a
+    Counter of the forwards (`tally.call`)."""
     B, device, method = len(xs), large.device, policy.method
     if budget == 0:
         return [Output([], _stats(method, small, None, policy)) for _ in xs]
@@ -215,7 +230,7 @@ def _lockstep(
         mask = torch.zeros((B, P), dtype=torch.long, device=device)
         for i, x in enumerate(xs):
             source[i, : x.shape[1]], mask[i, : x.shape[1]] = x[0], 1
-        models = [_Rows(large, source, mask)]
+        models = [_Rows(large, source, mask, calls=calls)]
         if small is not None:
             first = models[0]
             shared = (
@@ -223,7 +238,7 @@ def _lockstep(
                 if shares_bottom_layers(small, large)
                 else None
             )
-            models.append(_Rows(small, source, mask, shared))
+            models.append(_Rows(small, source, mask, shared, calls=calls, name="small"))
         ids, positions, masks = torch.full((B, 1), decoder_start(large), device=device), None, None
     # left padding: the mask of every step is a prefix of one buffer; position ids count real tokens
     # only
@@ -235,7 +250,8 @@ def _lockstep(
             masks[i, : P - x.shape[1]] = 0
         mask = masks[:, :P]
         positions = capabilities.positions(mask)  # as transformers' generate
-        models = [_Rows(large)] + ([_Rows(small)] if small is not None else [])
+        models = [_Rows(large, calls=calls)]
+        models += [_Rows(small, calls=calls, name="small")] if small is not None else []
 
     rule = method if small is not None else "greedy"
     step = STEPS[rule]
@@ -336,7 +352,8 @@ def generate_batch(
     `memory`: the bytes a batch may take (an int, or a size such as "12GiB"; None: the device's free
     memory less a margin, `memory.CPU_MEMORY` on a CPU); batches hold at most `batch_size` rows.
     `report`: a dict to fill with {"memory": budget bytes, "batches": [rows of each batch decoded],
-    "splits": out-of-memory splits, "engine": the one that decoded}. `engine`: "ragged" (rows draft and
+    "splits": out-of-memory splits, "engine": the one that decoded, "calls": [name, rows, columns,
+    count] of each model's forwards over a batch, `tally.call`}. `engine`: "ragged" (rows draft and
     verify together, each advancing by its own accepted tokens: `ragged.py`; speculative, bild and
     prompt-lookup, for models `capabilities.ragged` admits), "lockstep" (both models at every
     position: this module), or "auto" (ragged where it can run, else lockstep)."""
@@ -389,11 +406,18 @@ def generate_batch(
         batches = _by_length(batches, lengths)
     layout = {"memory": budget, "batches": [], "splits": 0, "engine": engine}
     run = ragged if engine == "ragged" else _lockstep
+    calls = Counter() if report is not None else None
 
     def decode(rows: list[int]) -> list[Output]:
         try:
             outs = run(
-                large, small if drafts else None, [xs[i] for i in rows], policy, max_new_tokens, eos
+                large,
+                small if drafts else None,
+                [xs[i] for i in rows],
+                policy,
+                max_new_tokens,
+                eos,
+                calls,
             )
         except torch.OutOfMemoryError:
             if len(rows) == 1:
@@ -420,7 +444,7 @@ def generate_batch(
             )
             out.stats.update(tally.stats(c, 0))
     if report is not None:
-        report.update(layout)
+        report.update(layout, calls=[[*key, n] for key, n in sorted(calls.items())])
     return outputs
 
 

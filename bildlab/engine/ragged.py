@@ -12,7 +12,7 @@ Layout: every model keeps one KV cache for the batch (transformers' `DynamicCach
 left padding masked out. A round feeds the same number of columns to every row (a row whose draft
 is shorter than the longest feeds tokens that are cropped unread: causal attention never lets its
 kept tokens see them). After the verification each row keeps its own number of the new columns
-and is shifted right to the common end (`_Model.realign`, one gather per layer), so a row never
+and is shifted right to the common end (`Rows.realign`, one gather per layer), so a row never
 has a hole. Positions: a decoder-only model takes position ids built from the mask (as transformers'
 generate); an encoder-decoder's decoder must give a left-padded row the unpadded row's logits
 (relative positions, as T5's), which `capabilities.ragged` probes. What a model cannot do this way
@@ -37,18 +37,29 @@ from .policy import Policy
 TIMINGS = ("large_seconds", "small_seconds", "seconds")
 
 
-class _Model:
+class Rows:
     """One model over the rows of a batch: its KV cache, the mask of the columns its rows hold,
-    and the columns fed since the rows were last aligned."""
+    and the columns fed since the rows were last aligned. `calls`, a Counter, counts each forward
+    by (name, rows, columns) (`tally.call`)."""
 
-    def __init__(self, model: PreTrainedModel, source=None, source_mask=None, encoded=None):
-        self.model = model
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        source=None,
+        source_mask=None,
+        encoded=None,
+        *,
+        calls=None,
+        name: str = "large",
+    ):
+        self.model, self.calls, self.name = model, calls, name
         fwd = capabilities.forward(model)
         self.cache_kw, self.keep_kw, self.positions = fwd.cache_kw, fwd.keep_kw, fwd.positions
         self.source_mask, self.encoded = source_mask, None
         if model.config.is_encoder_decoder:
             if encoded is None:
                 encoded = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+                tally.call(calls, f"{name} encoder", source)
             self.encoded, self.wrap = encoded.last_hidden_state, type(encoded)
         self.cache = capabilities.new_cache(model, record=False)
         self.mask = None  # [rows, columns]: 1 where a column holds one of the row's positions
@@ -59,6 +70,7 @@ class _Model:
         float logits [rows, keep, vocab] of the last `keep` of them."""
         self.mask = mask if self.mask is None else torch.cat([self.mask, mask], 1)
         self.fed += ids.shape[1]
+        tally.call(self.calls, self.name, ids)
         kw = {self.cache_kw: self.cache, "use_cache": True}
         if self.encoded is not None:
             kw.update(
@@ -124,7 +136,7 @@ def _left_padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Ten
 # The round's phases
 
 
-def _draft(drafter: _Model, tail, policy: Policy, room: torch.Tensor, eos: torch.Tensor, st):
+def _draft(drafter: Rows, tail, policy: Policy, room: torch.Tensor, eos: torch.Tensor, st):
     """The draft model writes up to `room[row]` tokens for every row, one step for all rows at a
     time, until each row's draft-stop rule ends its draft (`decoding.draft`, per row); returns the
     drafts [rows, steps] and their lengths [rows]. Counts each row's steps and fallbacks in `st`."""
@@ -164,7 +176,7 @@ def _copied(lookups: list, rows: list[int], room: list[int], device):
     return drafts, torch.tensor([len(f) for f in found], device=device)
 
 
-def _verify(large: _Model, tail, drafts: torch.Tensor, length: torch.Tensor, policy: Policy):
+def _verify(large: Rows, tail, drafts: torch.Tensor, length: torch.Tensor, policy: Policy):
     """The large model scores every row's tail and draft in one pass; per row the number of drafted
     tokens kept (`decoding`'s acceptance rule) and the large model's token after them."""
     ids, mask = tail
@@ -196,8 +208,10 @@ def ragged(
     policy: Policy,
     budget: int,
     eos: torch.Tensor,
+    calls=None,
 ) -> list[Output]:
-    """Decode the rows `xs` together (`small`: None for prompt lookup)."""
+    """Decode the rows `xs` together (`small`: None for prompt lookup); `calls`: a Counter of the
+    forwards (`Rows`)."""
     B, device, method = len(xs), large.device, policy.method
     eos_set = frozenset(eos.tolist())
     counts = [tally.counts(policy.width) for _ in xs]
@@ -209,17 +223,17 @@ def ragged(
         smask = torch.zeros_like(source)
         for i, x in enumerate(xs):
             source[i, : x.shape[1]], smask[i, : x.shape[1]] = x[0], 1
-        L = _Model(large, source, smask)
+        L = Rows(large, source, smask, calls=calls)
         shared = (
             L.wrap(last_hidden_state=L.encoded)
             if small is not None and shares_bottom_layers(small, large)
             else None
         )
-        S = _Model(small, source, smask, shared) if small is not None else None
+        S = Rows(small, source, smask, shared, calls=calls, name="small") if small else None
         seqs = [[decoder_start(large)] for _ in xs]
     else:
-        L = _Model(large)
-        S = _Model(small) if small is not None else None
+        L = Rows(large, calls=calls)
+        S = Rows(small, calls=calls, name="small") if small else None
         seqs = [x[0].tolist() for x in xs]
     lookups = None
     if method == "prompt-lookup":

@@ -14,6 +14,10 @@ and `small_calls` are the drafter's.
     accepted_at    per draft position i: the drafts whose i-th token was kept
     fallbacks      BiLD: drafts ended by the small model's low confidence (counted by the drafter)
     small_calls    the draft model's one-token steps (counted by its view)
+
+A batch's forwards (`call`, in `generate_batch`'s report): each model call over the rows of a
+batch, by its name ("large", "small", "large encoder", "small encoder"), rows and columns fed. The
+batched cost model prices them (`harness.batch_sizes`).
 """
 
 from __future__ import annotations
@@ -96,3 +100,9 @@ def _arange(x, n: int):
     import torch
 
     return torch.arange(n, device=x.device)[None, :]
+
+
+def call(calls, name: str, ids) -> None:
+    """Count one forward of `name` over ids [rows, columns] in the Counter `calls` (None: none)."""
+    if calls is not None:
+        calls[name, ids.shape[0], ids.shape[1]] += 1
