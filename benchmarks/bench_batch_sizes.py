@@ -26,6 +26,7 @@ from bildlab import load_pair
 from bildlab.atomic import atomic_path
 from bildlab.harness import batch_sizes
 from bildlab.harness.shard import machine
+from bildlab.measure.intervals import interval, ratio_of_sums
 from bildlab.world.models import fingerprint
 from bildlab.world.tasks import load_task
 
@@ -51,7 +52,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:n] (default cpu)")
     ap.add_argument("--out", default=str(ROOT / "results" / "batch-sizes"))
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="print the Markdown table of --out's files; run nothing",
+    )
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(sorted(Path(args.out).glob("*.json"))))
+        return 0
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     pair = load_pair(args.pair, device=args.device)
     inputs = [pair.encode(ex["source"]) for ex in load_task(pair.task, "test", limit=args.n)]
@@ -99,6 +108,54 @@ def main(argv=None) -> int:
                 flush=True,
             )
     return 0
+
+
+def table(paths) -> str:
+    """Speedup over batched greedy [95% interval] and the prediction, a row per pair and method, a
+    column per batch size; then each drafted method's ragged engine over its lockstep on the same
+    batches (paired interval)."""
+    files = [json.loads(p.read_text()) for p in paths]
+    sizes = sorted({r["batch_size"] for f in files for r in f["rows"]})
+    lines = [
+        "| pair | method | " + " | ".join(f"batch {b}" for b in sizes) + " |",
+        "|---|---|" + "---|" * len(sizes),
+    ]
+    for f in files:
+        for method in METHODS:
+            cells = []
+            for b in sizes:
+                r = next(
+                    (r for r in f["rows"] if r["batch_size"] == b and r["method"] == method), None
+                )
+                if r is None:
+                    cells.append("")
+                    continue
+                lo, hi = r["speedup_ci"]
+                cells.append(
+                    f"{r['speedup']:.2f}x [{lo:.2f}, {hi:.2f}] ({r['predicted_speedup']:.2f}x)"
+                )
+            lines.append(f"| {f['pair']} | {method} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| pair | ragged over lockstep | " + " | ".join(f"batch {b}" for b in sizes) + " |",
+    ]
+    lines.append("|---|---|" + "---|" * len(sizes))
+    for f in files:
+        for method in METHODS:
+            if not method.endswith(" lockstep"):
+                continue
+            ragged = method.removesuffix(" lockstep")
+            cells = []
+            for b in sizes:
+                rows = {r["method"]: r for r in f["rows"] if r["batch_size"] == b}
+                if method not in rows or ragged not in rows:
+                    cells.append("")
+                    continue
+                lock, rag = rows[method]["seconds"], rows[ragged]["seconds"]
+                lo, hi = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
+                cells.append(f"{sum(lock) / sum(rag):.2f}x [{lo:.2f}, {hi:.2f}]")
+            lines.append(f"| {f['pair']} | {ragged} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -275,6 +275,37 @@ def test_an_interrupted_ray_sweep_resumes_without_redoing_finished_chunks(
     assert [untimed(r) for r in runs] == [untimed(r) for r in local]
 
 
+def test_an_interrupted_local_sweep_resumes_without_redoing_finished_chunks(
+    fake_zoo, tmp_path, monkeypatch
+):
+    """In this process too, the batched outputs are checkpointed chunk by chunk: a sweep cut off
+    after its first chunk computes only the others when run again, into the same records."""
+    reg = tmp_path / "cut"
+    shard._OUTPUTS.clear()
+    StopAfterFirstChunk.calls = 0
+    with pytest.raises(KeyboardInterrupt):
+        ev.sweep("toy-mt", BATCHED, registry=StopAfterFirstChunk(reg), chunk_size=4, **SAMPLED)
+    assert not Registry(reg).files()
+    (partial,) = reg.rglob(".partial/*.json")
+    (first,) = json.loads(partial.read_text())["rows"].values()
+    assert first["indices"] == [0, 1, 2, 3]
+
+    shard._OUTPUTS.clear()  # a new process
+    computed, real = [], shard.compute_outputs
+
+    def spy(spec, indices, *a, **kw):
+        computed.append(list(indices))
+        return real(spec, indices, *a, **kw)
+
+    monkeypatch.setattr(shard, "compute_outputs", spy)
+    runs = ev.sweep("toy-mt", BATCHED, registry=reg, chunk_size=4, **SAMPLED)
+    assert computed == [[4, 5]]
+    assert not (reg / ".partial").exists()
+    shard._OUTPUTS.clear()
+    whole = ev.sweep("toy-mt", BATCHED, registry=tmp_path / "whole", chunk_size=6, **SAMPLED)
+    assert [untimed(r) for r in runs] == [untimed(r) for r in whole]
+
+
 KERNEL = """
 import sys
 from jupyter_client.manager import start_new_kernel

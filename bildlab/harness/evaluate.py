@@ -54,6 +54,7 @@ METHODS = (
     "hf_prompt_lookup",
 )
 CHECKPOINT_SECONDS = 20  # how often a running sweep writes its finished examples to disk
+LOCAL_CHUNK = 250  # examples per chunk of batched outputs in this process (each checkpointed)
 
 
 def policy_of(method: str, k: int, fallback: float, rollback: float, max_small_steps: int, **rest):
@@ -351,7 +352,8 @@ def lookup(
     batch 1 on a seeded sample of this many of them (`timed_indices`); None times every example.
     `limit` and `timing_limit` may be dicts per pair. `memory`: what a batch may take on a device
     (bytes or "12GiB"; None: the device's free memory less a margin, `memory.CPU_MEMORY` on a CPU);
-    `chunk_size`: examples per Ray task computing outputs (None: about two per device).
+    `chunk_size`: examples per chunk of batched outputs, each checkpointed as it finishes (a Ray
+    task's; None: about two per device on Ray, `LOCAL_CHUNK` in this process).
     `compile=True`: every runner of bildlab's engine (the vanilla greedy one and the policies) times
     compiled steps on static caches (`shard.check_compile`), against compiled greedy; transformers'
     `generate` stays as it is."""
@@ -494,7 +496,7 @@ def _run(s: Lookup, progress) -> list[dict]:
     batched, layouts, counts, partials = None, None, None, [sweep_key]
     # outputs for quality on every example, in batches (not timed)
     if s.run["timing_limit"] is not None:
-        # as Ray tasks, checkpointed by chunk
+        # in chunks of examples, each on disk as it finishes (on Ray: as Ray tasks)
         def in_chunks(spec, indices, names, batch_size, memory, progress):
             key = {"outputs": sweep_key, "names": names, "batch_size": batch_size}
             partials.append(key)
@@ -513,7 +515,15 @@ def _run(s: Lookup, progress) -> list[dict]:
                     reg.save_partial(key, got)
 
             rest = [i for i in indices if i not in covered]
-            if rest:
+            if rest and executor == "local":  # in this process, on disk chunk by chunk
+                parts = distributed.shards(rest, s.run["chunk_size"] or LOCAL_CHUNK)
+                for k, part in enumerate(parts):
+                    label = progress and f"{progress} (chunk {k + 1} of {len(parts)})"
+                    on_chunk(
+                        part,
+                        shard.compute_outputs(spec, part, names, batch_size, memory, label),
+                    )
+            elif rest:
                 distributed.run_chunks(
                     spec,
                     rest,
@@ -543,7 +553,7 @@ def _run(s: Lookup, progress) -> list[dict]:
             s.run["batch_size"],
             label if progress else False,
             s.run["memory"],
-            None if executor == "local" else in_chunks,
+            in_chunks,
         )
     done = reg.load_partial(sweep_key) if reg is not None else {}
     rest = [i for i in timed if i not in done]
