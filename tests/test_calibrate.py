@@ -228,7 +228,7 @@ def test_a_calibration_interleaves_every_component_and_states_its_uncertainty(
     u = cal["uncertainty"]
     assert u["ci"][0] <= u["vanilla_seconds"] <= u["ci"][1] and u["n"] == SMALL["n"]
     assert u["relative"] == round((u["ci"][1] - u["ci"][0]) / 2 / u["vanilla_seconds"], 4)
-    assert 0 < u["relative"] < 1
+    assert u["relative"] > 0  # below 1 on a quiet machine; a busy one may give more
     line = next(x for x in describe(cal).splitlines() if "uncertainty" in x)
     assert f"+-{100 * u['relative']:.1f}%" in line
 

@@ -269,3 +269,5 @@ def test_a_predictions_interval_widens_with_the_calibrations_uncertainty():
     assert some["predicted_speedup_ci"] == pytest.approx([lo * 0.98, hi * 1.02], abs=1e-4)
     with pytest.raises(ValueError, match="relative uncertainty must be in"):
         costs.widened([1.0, 2.0], 1.5)
+    # a calibration less sure than that predicts nothing, rather than an interval below zero
+    assert predicted(1.0) == predicted(1.5) == dict.fromkeys(costs.FIELDS)

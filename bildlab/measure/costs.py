@@ -233,12 +233,17 @@ def predict(record: dict, cal: dict, sources: list[int], *, encoder_decoder: boo
     """A record's predicted speedup over its vanilla model (the same timed examples, priced by
     `cal`), with its 95% paired-bootstrap interval widened by the calibration's uncertainty
     (`widened`), and the measured speedup over it, with its own;
-    None where the method counts no calls (transformers' generate) or its steps were compiled (a
-    calibration prices eager calls). `sources`: every example's source length in tokens (the large
-    model's input); `encoder_decoder`: whether the pair's models are."""
+    None where the method counts no calls (transformers' generate), its steps were compiled (a
+    calibration prices eager calls) or the calibration's relative uncertainty is 1 or more (its
+    interval wider than its value: measured on a machine too busy to price anything). `sources`:
+    every example's source length in tokens (the large model's input); `encoder_decoder`: whether
+    the pair's models are."""
     key, empty = record["key"], dict.fromkeys(FIELDS)
     # a calibration prices eager calls, not compiled ones
     if key["method"] not in PRICED or key.get("compile"):
+        return empty
+    # a calibration whose interval is wider than its value (a very busy machine) says nothing
+    if uncertainty(cal) >= 1:
         return empty
     rows = [(e, s) for e, s in zip(record["examples"], sources) if e["seconds"] is not None]
     if not rows or any(e["stats"] is None or "large_calls" not in e["stats"] for e, _ in rows):
