@@ -116,17 +116,18 @@ def table(paths) -> str:
     batches (paired interval)."""
     files = [json.loads(p.read_text()) for p in paths]
     sizes = sorted({r["batch_size"] for f in files for r in f["rows"]})
-    lines = [
-        "| pair | method | " + " | ".join(f"batch {b}" for b in sizes) + " |",
-        "|---|---|" + "---|" * len(sizes),
-    ]
+    head = " | ".join(f"batch {b}" for b in sizes) + " |"
+    rule = "|---|---|" + "---|" * len(sizes)
+    speedups, engines = (
+        ["| pair | method | " + head, rule],
+        ["| pair | ragged over lockstep | " + head, rule],
+    )
     for f in files:
+        at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
         for method in METHODS:
             cells = []
             for b in sizes:
-                r = next(
-                    (r for r in f["rows"] if r["batch_size"] == b and r["method"] == method), None
-                )
+                r = at.get((method, b))
                 if r is None:
                     cells.append("")
                     continue
@@ -134,27 +135,21 @@ def table(paths) -> str:
                 cells.append(
                     f"{r['speedup']:.2f}x [{lo:.2f}, {hi:.2f}] ({r['predicted_speedup']:.2f}x)"
                 )
-            lines.append(f"| {f['pair']} | {method} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| pair | ragged over lockstep | " + " | ".join(f"batch {b}" for b in sizes) + " |",
-    ]
-    lines.append("|---|---|" + "---|" * len(sizes))
-    for f in files:
-        for method in METHODS:
-            if not method.endswith(" lockstep"):
-                continue
+            speedups.append(f"| {f['pair']} | {method} | " + " | ".join(cells) + " |")
             ragged = method.removesuffix(" lockstep")
+            if ragged == method:
+                continue
             cells = []
             for b in sizes:
-                rows = {r["method"]: r for r in f["rows"] if r["batch_size"] == b}
-                if method not in rows or ragged not in rows:
+                lock, rag = at.get((method, b)), at.get((ragged, b))
+                if lock is None or rag is None:
                     cells.append("")
                     continue
-                lock, rag = rows[method]["seconds"], rows[ragged]["seconds"]
+                lock, rag = lock["seconds"], rag["seconds"]
                 lo, hi = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
                 cells.append(f"{sum(lock) / sum(rag):.2f}x [{lo:.2f}, {hi:.2f}]")
-            lines.append(f"| {f['pair']} | {ragged} | " + " | ".join(cells) + " |")
+            engines.append(f"| {f['pair']} | {ragged} | " + " | ".join(cells) + " |")
+    lines = speedups + [""] + engines
     return "\n".join(lines)
 
 

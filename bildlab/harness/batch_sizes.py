@@ -36,6 +36,7 @@ import torch
 
 from ..engine import timing
 from ..engine.batch import generate_batch
+from ..engine.policy import of as policy_of
 from ..engine.ragged import Rows
 from ..measure.intervals import interval, ratio_of_sums
 
@@ -248,10 +249,8 @@ def measure(
 
 def _drafted(method: dict) -> bool:
     """Does the method run the small model (`Policy.drafts`)?"""
-    from ..engine.policy import of
-
     keywords = {k: v for k, v in method.items() if k != "engine"}
-    return of(None, keywords, "methods").drafts
+    return policy_of(None, keywords, "methods").drafts
 
 
 def _predicted(base, seconds, base_priced, priced) -> dict:
