@@ -27,6 +27,7 @@ from bildlab.atomic import atomic_path
 from bildlab.harness import batch_sizes
 from bildlab.harness.shard import machine
 from bildlab.measure.intervals import interval, ratio_of_sums
+from bildlab.study import plots
 from bildlab.world.models import fingerprint
 from bildlab.world.tasks import load_task
 
@@ -55,11 +56,19 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--table",
         action="store_true",
-        help="print the Markdown table of --out's files; run nothing",
+        help="print the Markdown table of --out's files and draw their figure; run nothing",
+    )
+    ap.add_argument(
+        "--figures",
+        default=str(ROOT / "figures"),
+        help="where --table writes the figure batch_sizes.png/.pdf (default figures/)",
     )
     args = ap.parse_args(argv)
     if args.table:
-        print(table(sorted(Path(args.out).glob("*.json"))))
+        paths = sorted(Path(args.out).glob("*.json"))
+        print(table(paths))
+        for path in plots.save(figure(paths), "batch_sizes", args.figures):
+            print(f"wrote {path}")
         return 0
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     pair = load_pair(args.pair, device=args.device)
@@ -151,6 +160,22 @@ def table(paths) -> str:
             engines.append(f"| {f['pair']} | {ragged} | " + " | ".join(cells) + " |")
     lines = speedups + [""] + engines
     return "\n".join(lines)
+
+
+def figure(paths):
+    """Each file's methods that name no engine (the lockstep rows are in the table), a panel per
+    pair: measured speedup over batched greedy with its interval, and the prediction."""
+    panels = {}
+    for p in paths:
+        f = json.loads(p.read_text())
+        methods = {}
+        for r in f["rows"]:
+            if r["method"] in METHODS and "engine" not in METHODS[r["method"]]:
+                point = (r["batch_size"], r["speedup"], r["speedup_ci"], r["predicted_speedup"])
+                methods.setdefault(r["method"], []).append(point)
+        where = f"{f['machine']['processor']}, {f['threads']} thread{'s' * (f['threads'] > 1)}"
+        panels[f"{f['pair']} (N = {f['n']} rows a batch size; {where})"] = methods
+    return plots.batch_speedups(panels)
 
 
 if __name__ == "__main__":

@@ -348,3 +348,36 @@ def test_the_engine_is_chosen_or_refused_by_name(pairs, arch):
     outs = generate_batch(large, xs, report=report, **kw)
     assert report["engine"] == "lockstep"
     assert [o.tokens for o in outs] == [bildlab.generate(large, x, **kw).tokens for x in xs]
+
+
+def test_auto_takes_the_lockstep_for_bild_over_many_rows(pairs):
+    """engine="auto": BiLD over batches of BILD_LOCKSTEP_ROWS rows or more runs the lockstep (the
+    faster there, docs/benchmark.md), below them the ragged engine; speculative decoding stays
+    ragged; engine="ragged" is obeyed. The outputs are the engine's either way."""
+    from bildlab.engine.batch import BILD_LOCKSTEP_ROWS as many
+
+    large, drafts = pairs["llama"]
+    xs = [prompt(seed, 2 + seed % 5) for seed in range(many)]
+    bild = dict(small=drafts["perturbed"], method="bild", fallback=0.6, rollback=3.0)
+    spec = dict(small=drafts["perturbed"], method="speculative", k=2)
+    chosen = {}
+    for name, kw, engine, rows in [
+        ("bild", bild, "auto", many),
+        ("bild fewer", bild, "auto", many - 1),
+        ("bild ragged", bild, "ragged", many),
+        ("speculative", spec, "auto", many),
+    ]:
+        report = {}
+        outs = generate_batch(
+            large, xs, batch_size=rows, max_new_tokens=3, report=report, engine=engine, **kw
+        )
+        chosen[name] = report["engine"]
+        assert [o.tokens for o in outs] == [
+            bildlab.generate(large, x, max_new_tokens=3, **kw).tokens for x in xs
+        ]
+    assert chosen == {
+        "bild": "lockstep",
+        "bild fewer": "ragged",
+        "bild ragged": "ragged",
+        "speculative": "ragged",
+    }

@@ -2,6 +2,9 @@
 the same batches, lossless methods' outputs counted equal to greedy's, the speedup the ratio of the
 summed seconds within its paired interval, and bad arguments refused by name."""
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import VOCAB, perturbed, tiny
@@ -171,3 +174,31 @@ def test_a_method_may_name_its_engine(pair):
     ]
     assert all(r["identical"] == 4 for r in rows)
     assert all("predicted_speedup" not in r and "grid" not in r for r in rows)
+
+
+def test_the_committed_batch_figure_and_table_replay_from_the_committed_files(tmp_path, capsys):
+    """`bench_batch_sizes.py --table` draws figures/batch_sizes from results/batch-sizes byte for byte
+    (on any machine), and its table holds every file's method and batch size with an interval."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "bench_batch_sizes", root / "benchmarks" / "bench_batch_sizes.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--table", "--figures", str(tmp_path)]) == 0
+    for name in ("batch_sizes.png", "batch_sizes.pdf"):
+        assert (tmp_path / name).read_bytes() == (root / "figures" / name).read_bytes(), name
+    table = capsys.readouterr().out
+    files = [
+        json.loads(p.read_text()) for p in sorted((root / "results/batch-sizes").glob("*.json"))
+    ]
+    assert files
+    for f in files:
+        for r in f["rows"]:
+            if r["method"] == "greedy":
+                continue
+            lo, hi = r["speedup_ci"]
+            assert lo <= r["speedup"] <= hi
+            assert f"{r['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]" in table

@@ -5,7 +5,8 @@ Two engines decode a batch (`engine=`): "ragged" (`ragged.py`), where every row 
 model verifies all rows' drafts in one pass, each row advancing by its own accepted tokens, for
 speculative decoding, BiLD and prompt lookup on models whose rows can be realigned exactly
 (`capabilities.ragged`); and the lockstep below, which runs both models at every position and
-serves every other case. "auto" (the default) takes the ragged engine where it can run.
+serves every other case. "auto" (the default) takes the ragged engine where it can run, except for
+BiLD over `BILD_LOCKSTEP_ROWS` rows or more, where the lockstep was the faster (`_engine`).
 
     outs = generate_batch(large, [x0, x1, ...], small=small, method="bild", fallback=0.5, rollback=3.0)
     outs[i].tokens == generate(large, xs[i], small=small, method="bild", fallback=0.5, rollback=3.0).tokens
@@ -356,7 +357,8 @@ def generate_batch(
     count] of each model's forwards over a batch, `tally.call`}. `engine`: "ragged" (rows draft and
     verify together, each advancing by its own accepted tokens: `ragged.py`; speculative, bild and
     prompt-lookup, for models `capabilities.ragged` admits), "lockstep" (both models at every
-    position: this module), or "auto" (ragged where it can run, else lockstep)."""
+    position: this module), or "auto" (ragged where it can run and is the faster, else lockstep:
+    `_engine`)."""
     if (
         keywords.get("method") == "sample"
         or keywords.get("do_sample") is True
@@ -393,7 +395,7 @@ def generate_batch(
     eos = torch.tensor(sorted(eos_ids(large, eos_token_id)), dtype=torch.long, device=large.device)
     drafts = policy.drafts  # as the engine starts its drafter
     capabilities.require_pair(large, small, method, drafts, batch=True)
-    engine = _engine(engine, large, small if drafts else None, method)
+    engine = _engine(engine, large, small if drafts else None, method, min(batch_size, len(xs)))
     equal = engine == "lockstep" and _equal_lengths(large, small if drafts else None)
     budget = mem.budget(memory, large.device)
     # an early-exit draft keeps a cache of its own too
@@ -453,13 +455,23 @@ def generate_batch(
 
 ENGINES = ("auto", "ragged", "lockstep")
 DRAFTED = ("speculative", "bild", "prompt-lookup")
+# BiLD's batches of this many rows or more: "auto" takes the lockstep. A ragged round lasts as long
+# as its longest draft, and BiLD's drafts run until the small model's confidence falls. Measured
+# (docs/benchmark.md, "Does speculation survive batching?": zoo v3, one CPU thread), ragged over
+# lockstep for BiLD fb 0.5 rb 3: 1.16x at 8 rows on both toy pairs; at 32 rows 0.75x [0.72, 0.79]
+# (toy-mt-llama) and 0.97x [0.80, 1.16] (toy-mt); at 64 rows 0.68x and 0.76x. Speculative decoding
+# stayed faster ragged at every size (1.01x-2.3x).
+BILD_LOCKSTEP_ROWS = 32
 
 
-def _engine(asked: str, large: PreTrainedModel, small: PreTrainedModel | None, method: str) -> str:
+def _engine(
+    asked: str, large: PreTrainedModel, small: PreTrainedModel | None, method: str, rows: int
+) -> str:
     """ "ragged" for a drafted method whose models `capabilities.ragged` admits, else "lockstep";
-    engine="ragged" where it cannot run is refused with the reason."""
-    if asked == "lockstep":
-        return asked
+    "auto" takes the lockstep for BiLD over batches of `rows` >= BILD_LOCKSTEP_ROWS. engine="ragged"
+    where it cannot run is refused with the reason."""
+    if asked == "lockstep" or (asked == "auto" and method == "bild" and rows >= BILD_LOCKSTEP_ROWS):
+        return "lockstep"
     if method not in DRAFTED or (small is None and method != "prompt-lookup"):
         why = f"method {method!r} drafts nothing here"
     else:

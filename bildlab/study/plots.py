@@ -443,3 +443,28 @@ def dots(
     ax.set_ylim(len(labels) - 0.5, -0.5)  # the first label on top
     ax.set_xlabel(xlabel)
     return _finish(ax, fig, title, legend="below" if len(series) > 1 else False)
+
+
+def batch_speedups(panels_: dict[str, dict[str, list[tuple]]]):
+    """Speedup over batched greedy at the same batch size (y) against the batch size (x, log 2),
+    one panel per title ({title: {method: [(batch size, speedup, ci, predicted), ...]}}): each method
+    measured (a line, its 95% interval a band) and predicted by the calibrated costs (dashed, the
+    same colour); parity at 1."""
+    fig, axes = panels(len(panels_), height=3.4)
+    for ax, (title, methods) in zip(axes, panels_.items()):
+        sizes = sorted({p[0] for pts in methods.values() for p in pts})
+        for color, (name, pts) in zip(COLORS, methods.items()):
+            xs = [p[0] for p in pts]
+            ax.plot(xs, [p[1] for p in pts], marker="o", ms=3.5, color=color, label=name)
+            ax.fill_between(
+                xs, [p[2][0] for p in pts], [p[2][1] for p in pts], color=color, alpha=0.15, lw=0
+            )
+            ax.plot(xs, [p[3] for p in pts], ls="--", lw=1.0, color=color)
+        ax.plot([], [], ls="--", lw=1.0, color="grey", label="predicted (calibrated costs)")
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(b) for b in sizes])
+        ax.set_xlabel("batch size (rows decoded together)")
+        ax.set_ylabel("speedup over batched greedy (x)")
+        _finish(ax, fig, title)
+    return fig
