@@ -26,8 +26,7 @@ from bildlab import load_pair
 from bildlab.atomic import atomic_path
 from bildlab.harness import batch_sizes
 from bildlab.harness.shard import machine
-from bildlab.measure.intervals import interval, ratio_of_sums
-from bildlab.study import plots
+from bildlab.study import batching, plots
 from bildlab.world.models import fingerprint
 from bildlab.world.tasks import load_task
 
@@ -65,9 +64,9 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     if args.table:
-        paths = sorted(Path(args.out).glob("*.json"))
-        print(table(paths))
-        for path in plots.save(figure(paths), "batch_sizes", args.figures):
+        files = batching.load(args.out)
+        print(batching.markdown_table(files))
+        for path in plots.save(batching.figure(files), "batch_sizes", args.figures):
             print(f"wrote {path}")
         return 0
     sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -117,65 +116,6 @@ def main(argv=None) -> int:
                 flush=True,
             )
     return 0
-
-
-def table(paths) -> str:
-    """Speedup over batched greedy [95% interval] and the prediction, a row per pair and method, a
-    column per batch size; then each drafted method's ragged engine over its lockstep on the same
-    batches (paired interval)."""
-    files = [json.loads(p.read_text()) for p in paths]
-    sizes = sorted({r["batch_size"] for f in files for r in f["rows"]})
-    head = " | ".join(f"batch {b}" for b in sizes) + " |"
-    rule = "|---|---|" + "---|" * len(sizes)
-    speedups, engines = (
-        ["| pair | method | " + head, rule],
-        ["| pair | ragged over lockstep | " + head, rule],
-    )
-    for f in files:
-        at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
-        for method in METHODS:
-            cells = []
-            for b in sizes:
-                r = at.get((method, b))
-                if r is None:
-                    cells.append("")
-                    continue
-                lo, hi = r["speedup_ci"]
-                cells.append(
-                    f"{r['speedup']:.2f}x [{lo:.2f}, {hi:.2f}] ({r['predicted_speedup']:.2f}x)"
-                )
-            speedups.append(f"| {f['pair']} | {method} | " + " | ".join(cells) + " |")
-            ragged = method.removesuffix(" lockstep")
-            if ragged == method:
-                continue
-            cells = []
-            for b in sizes:
-                lock, rag = at.get((method, b)), at.get((ragged, b))
-                if lock is None or rag is None:
-                    cells.append("")
-                    continue
-                lock, rag = lock["seconds"], rag["seconds"]
-                lo, hi = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
-                cells.append(f"{sum(lock) / sum(rag):.2f}x [{lo:.2f}, {hi:.2f}]")
-            engines.append(f"| {f['pair']} | {ragged} | " + " | ".join(cells) + " |")
-    lines = speedups + [""] + engines
-    return "\n".join(lines)
-
-
-def figure(paths):
-    """Each file's methods that name no engine (the lockstep rows are in the table), a panel per
-    pair: measured speedup over batched greedy with its interval, and the prediction."""
-    panels = {}
-    for p in paths:
-        f = json.loads(p.read_text())
-        methods = {}
-        for r in f["rows"]:
-            if r["method"] in METHODS and "engine" not in METHODS[r["method"]]:
-                point = (r["batch_size"], r["speedup"], r["speedup_ci"], r["predicted_speedup"])
-                methods.setdefault(r["method"], []).append(point)
-        where = f"{f['machine']['processor']}, {f['threads']} thread{'s' * (f['threads'] > 1)}"
-        panels[f"{f['pair']} (N = {f['n']} rows a batch size; {where})"] = methods
-    return plots.batch_speedups(panels)
 
 
 if __name__ == "__main__":

@@ -202,3 +202,33 @@ def test_the_committed_batch_figure_and_table_replay_from_the_committed_files(tm
             lo, hi = r["speedup_ci"]
             assert lo <= r["speedup"] <= hi
             assert f"{r['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]" in table
+
+
+def test_the_notebook_section_replays_the_files_and_says_what_their_intervals_allow(tmp_path):
+    """The speculative notebook's batch section: the committed figure byte for byte, a verdict per
+    method from its intervals, the machine and zoo named, the lossless outputs counted."""
+    from bildlab.study import batching
+
+    root = Path(__file__).resolve().parent.parent
+    result = batching.batch_answer(root / "results" / "batch-sizes", figures=tmp_path)
+    for name in ("batch_sizes.png", "batch_sizes.pdf"):
+        assert (tmp_path / name).read_bytes() == (root / "figures" / name).read_bytes(), name
+    for f in batching.load(root / "results" / "batch-sizes"):
+        lossless = [r for r in f["rows"] if r["method"].startswith(("speculative", "prompt"))]
+        assert all(r["identical"] == r["rows"] for r in lossless)
+        n = sum(r["rows"] for r in lossless)
+        assert f"{f['machine']['processor']}, {f['threads']} thread" in result.answer
+        notes = [d.text for d in result.details if hasattr(d, "text")]
+        assert any(f"outputs equal greedy's in {n} of {n})" in t for t in notes)
+    assert len(result.pin.splitlines()) == 2 * 3  # two pairs, three methods by "auto"
+    # the verdict reads the intervals: above 1, across it, below it
+    points = [(1, (1.2, 1.5)), (8, (0.9, 1.1)), (16, (1.0, 1.2)), (64, (0.5, 0.8))]
+    assert batching.verdict(points) == (
+        "faster at batch 1; no detectable difference at batch 8, 16; slower at batch 64"
+    )
+    assert batching._reach(points) == "faster up to batch 1, slower from batch 64"
+    assert batching._reach(points[:3]) == "faster up to batch 1, never slower"
+    assert batching._reach(points[1:2] + points[3:]) == "never faster, slower at 1 of 2 batch sizes"
+    assert len(result.answer) <= 850  # an answer is a few sentences; the verdicts are the details'
+    with pytest.raises(ValueError, match="batch_results: no <pair>.json in"):
+        batching.load(tmp_path / "empty")

@@ -31,6 +31,7 @@ ORDER = [
     "study.rq4_early_exit",
     "study.speculative_pipeline",
     "study.compiled",
+    "study.batching",
     "study.rq5_main_table",
     "study.rq5_rows",
     "study.explained",

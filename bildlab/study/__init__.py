@@ -9,6 +9,7 @@ harness it is given (`sweep`, default `evaluate.sweep`, so reruns come from the 
 `plan` gives one that records what would run instead."""
 
 from ..harness import evaluate as ev  # noqa: F401  (the harness the questions call by default)
+from .batching import batch_answer
 from .common import Result, Table, run_settings
 from .compiled import against_compiled
 from .explained import elsewhere, explained
@@ -34,6 +35,7 @@ __all__ = [
     "Table",
     "run_settings",
     "against_compiled",
+    "batch_answer",
     "explained",
     "elsewhere",
     "rq1",

@@ -223,7 +223,8 @@ def plan(
             params["registry"] = str((runner.NOTEBOOKS / params["registry"]).resolve())
             params.pop("figures", None)
             # read by a notebook cell of its own, not by the question
-            params.pop("other_calibration", None)
+            for cell_param in ("other_calibration", "batch_results"):
+                params.pop(cell_param, None)
             first = params.pop("pairs", None) or params.pop("pair")
             # each notebook runs in a kernel of its own
             start, planner.outputs = len(planner.sweeps), set()

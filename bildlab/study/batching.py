@@ -1,0 +1,235 @@
+"""Does speculation survive batching? (notebooks/speculative_pipeline.ipynb, its last section):
+speculative decoding, BiLD and prompt lookup through `generate_batch` at batch sizes 1 to 64, each
+over batched greedy on the same batches, beside what the calibrated costs predict.
+
+The measurement is `benchmarks/bench_batch_sizes.py` (`harness.batch_sizes`: the one timing
+protocol, paired intervals over the batches), one file per pair in `results/batch-sizes/`; this
+section replays those files, whatever machine reads them, and says which machine and which zoo made
+them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..engine.batch import BILD_LOCKSTEP_ROWS
+from ..measure.intervals import interval, ratio_of_sums
+from ..world.models import TOY_PAIRS, fingerprint
+from . import plots
+from .common import Result, Table, to_table, value
+
+TOLERANCE = 0.05  # a prediction "within" the measurement: measured over predicted in 1 +- this
+LOCKSTEP = " lockstep"
+INSTALLED = (
+    "the installed zoo"  # the suffix of a method timed by the lockstep engine (engine="lockstep")
+)
+
+
+def load(folder) -> list[dict]:
+    """The files of `folder` (`<pair>.json`), by name; a ValueError naming the folder if none."""
+    paths = sorted(Path(folder).glob("*.json"))
+    if not paths:
+        raise ValueError(
+            f"batch_results: no <pair>.json in {folder} (python benchmarks/bench_batch_sizes.py "
+            "--pair PAIR writes one)"
+        )
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def _where(f: dict) -> str:
+    threads = f"{f['threads']} thread{'s' * (f['threads'] > 1)}"
+    return f"{f['machine']['processor']}, {threads}"
+
+
+def _zoo(f: dict) -> str:
+    """Which models: the installed zoo's, or another (its fingerprint)."""
+    if f["pair"] in TOY_PAIRS and fingerprint(f["pair"]) == f["zoo"]:
+        return INSTALLED
+    return f"another zoo than the installed one (models {f['zoo']})"
+
+
+def figure(files: list[dict]):
+    """A panel per pair: each method that names no engine, its measured speedup over batched greedy
+    with its interval, and the prediction."""
+    panels = {}
+    for f in files:
+        methods = {}
+        for r in f["rows"]:
+            if r["method"] in f["methods"] and "engine" not in f["methods"][r["method"]]:
+                point = (r["batch_size"], r["speedup"], r["speedup_ci"], r["predicted_speedup"])
+                methods.setdefault(r["method"], []).append(point)
+        panels[f"{f['pair']} (N = {f['n']} rows a batch size; {_where(f)})"] = methods
+    return plots.batch_speedups(panels)
+
+
+def table_rows(files: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Speedup over batched greedy [95% interval] (predicted), a row per pair and method, a column
+    per batch size; then each lockstep-timed method's ragged engine over its lockstep on the same
+    batches (paired interval)."""
+    sizes = sorted({r["batch_size"] for f in files for r in f["rows"]})
+    speedups, engines = [], []
+    for f in files:
+        at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
+        for method in f["methods"]:
+            cells = {}
+            for b in sizes:
+                r = at.get((method, b))
+                cells[f"batch {b}"] = (
+                    ""
+                    if r is None
+                    else f"{r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, "
+                    f"{r['speedup_ci'][1]:.2f}] ({r['predicted_speedup']:.2f}x)"
+                )
+            speedups.append({"pair": f["pair"], "method": method, **cells})
+            ragged = method.removesuffix(LOCKSTEP)
+            if ragged != method:
+                cells = {
+                    f"batch {b}": _ragged_cell(at.get((ragged, b)), at.get((method, b)))
+                    for b in sizes
+                }
+                engines.append({"pair": f["pair"], "ragged over lockstep": ragged, **cells})
+    return speedups, engines
+
+
+def markdown_table(files: list[dict]) -> str:
+    """`table_rows` as two Markdown tables (docs/benchmark.md)."""
+
+    def markdown(rows):
+        head = list(rows[0])
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return lines + ["| " + " | ".join(row[k] for k in head) + " |" for row in rows]
+
+    speedups, engines = table_rows(files)
+    return "\n".join(markdown(speedups) + [""] + markdown(engines))
+
+
+def _ragged_over_lockstep(ragged: dict | None, lockstep: dict | None) -> tuple | None:
+    """The ragged engine's speedup over the lockstep on the same batches and its paired interval."""
+    if ragged is None or lockstep is None:
+        return None
+    rag, lock = ragged["seconds"], lockstep["seconds"]
+    return sum(lock) / sum(rag), interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
+
+
+def _ragged_cell(ragged: dict | None, lockstep: dict | None) -> str:
+    found = _ragged_over_lockstep(ragged, lockstep)
+    if found is None:
+        return ""
+    ratio, (lo, hi) = found
+    return f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def verdict(points: list[tuple]) -> str:
+    """Where a speedup pays, shows no detectable difference, and is slower, by its 95% intervals
+    over the batch sizes (`points`: (batch size, (lo, hi)), in order)."""
+    faster = [b for b, (lo, hi) in points if lo > 1]
+    slower = [b for b, (lo, hi) in points if hi < 1]
+    even = [b for b, _ in points if b not in faster + slower]
+    parts = []
+    for sizes, what in ((faster, "faster"), (even, "no detectable difference"), (slower, "slower")):
+        if sizes:
+            parts.append(f"{what} at batch {', '.join(map(str, sizes))}")
+    return "; ".join(parts)
+
+
+def _reach(points: list[tuple]) -> str:
+    """How far a speedup pays, in a few words: up to which batch size it is faster, from which one
+    slower (`points` as for `verdict`)."""
+    faster = [b for b, (lo, hi) in points if lo > 1]
+    slower = [b for b, (lo, hi) in points if hi < 1]
+    if not faster:
+        return f"never faster, slower at {len(slower)} of {len(points)} batch sizes"
+    said = f"faster up to batch {max(faster)}"
+    return said + (f", slower from batch {min(slower)}" if slower else ", never slower")
+
+
+def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Result:
+    """The section: the files of `results` replayed (a pair a file), their figure written as
+    `figures`/batch_sizes, and the answer in words."""
+    files = load(results)
+    fig = figure(files)
+    plots.save(fig, "batch_sizes", figures)
+    notes, summary, within, rows_n, reach = [], [], 0, 0, {}
+    for f in files:
+        lines = []
+        at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
+        sizes = sorted({r["batch_size"] for r in f["rows"]})
+        lossless = [
+            r
+            for r in f["rows"]
+            if f["methods"].get(r["method"], {}).get("method") in ("speculative", "prompt-lookup")
+        ]
+        lines.append(
+            f"- **{f['pair']}** (N = {f['n']} test inputs at each batch size, {f['max_new_tokens']} "
+            f"new tokens; {_where(f)}; {_zoo(f)}; the lossless methods' outputs equal greedy's "
+            f"in {sum(r['identical'] for r in lossless)} of {sum(r['rows'] for r in lossless)}):"
+        )
+        for method in f["methods"]:
+            rows = [at[(method, b)] for b in sizes if (method, b) in at]
+            cells = {
+                f"batch {r['batch_size']}": value(r["speedup"], r["speedup_ci"], "x") for r in rows
+            }
+            summary.append({"pair": f["pair"], "method": method, **cells})
+            rows_n += len(rows)
+            within += sum(abs(r["measured_over_predicted"] - 1) <= TOLERANCE for r in rows)
+            ragged = method.removesuffix(LOCKSTEP)
+            if ragged == method:
+                points = [(r["batch_size"], r["speedup_ci"]) for r in rows]
+                lines.append(f"  - {method} over batched greedy: {verdict(points)}")
+                reach.setdefault(method, []).append(f"{f['pair']} {_reach(points)}")
+            else:
+                pairs = [
+                    (b, _ragged_over_lockstep(at.get((ragged, b)), at.get((method, b))))
+                    for b in sizes
+                ]
+                points = [(b, found[1]) for b, found in pairs if found]
+                lines.append(
+                    f"  - {ragged}, the ragged engine over the lockstep: {verdict(points)}"
+                )
+        notes.append("\n".join(lines))
+    everywhere = sorted({r["batch_size"] for f in files for r in f["rows"]})
+    lo, hi = everywhere[0], everywhere[-1]
+    shown = [f"batch {b}" for b in dict.fromkeys((lo, everywhere[len(everywhere) // 2], hi))]
+    installed = all(_zoo(f) == INSTALLED for f in files)
+    where = "; ".join(dict.fromkeys(_where(f) for f in files)) + (
+        ", the installed zoo" if installed else ", not the installed zoo's models (see the details)"
+    )
+    answer = (
+        "**Speculation pays at small batches and stops paying as the batch grows.** Speedup over "
+        f"batched greedy at the same batch size, by 95% paired intervals ({where}):\n\n"
+        + "\n".join(f"- {method}: {'; '.join(said)}" for method, said in reach.items())
+        + f"\n\nThe calibrated costs predict {within} of {rows_n} rows within ±{TOLERANCE:.0%}. "
+        f'`engine="auto"` takes the lockstep for BiLD batches of {BILD_LOCKSTEP_ROWS} rows or '
+        "more."
+    )
+    speedups, engines = table_rows(files)
+    details = [
+        "Each verdict by its 95% paired interval over the batches; the rows ending in "
+        '"lockstep" as the ragged engine over the lockstep on the same batches. The calibrated '
+        "costs: a grid of forwards timed in the same run, each batch's counted forwards priced by "
+        "it. Each table cell below: speedup [95% interval] (predicted).",
+        *notes,
+        Table(speedups),
+        Table(engines),
+    ]
+    return Result(
+        name="batch_sizes",
+        table=to_table(summary),
+        figure=fig,
+        answer=answer,
+        # compact: the methods "auto" decodes, at the smallest, a middle and the largest batch size
+        summary=Table(
+            [
+                {k: v for k, v in row.items() if k in ("pair", "method", *shown)}
+                for row in summary
+                if not row["method"].endswith(LOCKSTEP)
+            ]
+        ),
+        details=details,
+        pin="\n".join(
+            f"{row['pair']} {row['method']}: {row.get(f'batch {lo}', '')} at batch {lo}, "
+            f"{row.get(f'batch {hi}', '')} at batch {hi}"
+            for row in summary
+            if not row["method"].endswith(LOCKSTEP)
+        ),
+    )
