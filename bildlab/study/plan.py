@@ -62,8 +62,12 @@ SECONDS_PER_DECODE = {
 #
 # Output hours (`timing_limit`: quality on every example, outputs in batches): a batched output of
 # the large model costs 1 / BATCH_GAIN of a vanilla decode; the small model's alone c / BATCH_GAIN;
-# a draft-and-verify policy's (1 + c) / BATCH_GAIN, since the lockstep engine runs both models at
-# every position. BATCH_GAIN: the vanilla toy-mt T5 at batch 64 against batch 1, 18.0x on 1,000
+# a draft-and-verify policy's (1 + c) / BATCH_GAIN, the lockstep engine's price (both models at every
+# position: BiLD's batches of 32 rows or more, `batch.BILD_LOCKSTEP_ROWS`). At 64 rows the ragged
+# engine measured (results/batch-sizes, zoo v3, 1 CPU thread) about 1.05 vanilla outputs for
+# speculative decoding (within 1 + c) and 1.5-1.7 for prompt lookup, which is priced 1 here: an
+# underestimate of prompt lookup's output hours. BATCH_GAIN: the vanilla toy-mt T5 at batch 64
+# against batch 1, 18.0x on 1,000
 # toy-mt validation examples, 128 new tokens, 1 CPU thread (measured with a one-off script making
 # the calls that `python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128
 # --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). That command on
