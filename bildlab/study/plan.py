@@ -62,23 +62,22 @@ SECONDS_PER_DECODE = {
 #
 # Output hours (`timing_limit`: quality on every example, outputs in batches): a batched output of
 # the large model costs 1 / BATCH_GAIN of a vanilla decode; the small model's alone c / BATCH_GAIN;
-# a draft-and-verify policy's (1 + c) / BATCH_GAIN, the lockstep engine's price (both models at every
-# position: BiLD's batches of 32 rows or more, `batch.BILD_LOCKSTEP_ROWS`). At 64 rows the ragged
-# engine measured (results/batch-sizes, zoo v3, 1 CPU thread) about 1.05 vanilla outputs for
+# a draft-and-verify policy's (1 + c) / BATCH_GAIN, the lockstep engine's price (both models at
+# every position: BiLD's batches of 32 rows or more, `batch.BILD_LOCKSTEP_ROWS`). At 64 rows the
+# ragged engine measured (results/batch-sizes, zoo v3, 1 CPU thread) about 1.05 vanilla outputs for
 # speculative decoding (within 1 + c) and 1.5-1.7 for prompt lookup, which is priced 1 here: an
 # underestimate of prompt lookup's output hours. BATCH_GAIN: the vanilla toy-mt T5 at batch 64
-# against batch 1, 18.0x on 1,000
-# toy-mt validation examples, 128 new tokens, 1 CPU thread (measured with a one-off script making
-# the calls that `python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128
-# --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent with 1 + c). That command on
-# another CPU gave 11.5x (docs/paper-profile.md: the plan stays within 60 h down to 17.7x). Not
-# measured on a GPU (none was lent); a GPU's batch-1 decode is bound by kernel launches and weight
-# reads, which batching shares, so its gain is assumed no smaller. c, the small model's decoder step
-# over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1 CPU thread): T5-small /
-# T5-large 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the translations); toy pairs 0.3 (RQ4's
-# measured 0.23-0.29). An output the same notebook already computed (the vanilla model's in every
-# sweep of a split, a policy's in a second timing pass) is not computed again (`shard.outputs` keeps
-# them in memory), and not counted again here.
+# against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread (measured
+# with a one-off script making the calls that `python benchmarks/bench_batch.py --n 1000 --split
+# validation --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent
+# with 1 + c). That command on another CPU gave 11.5x (docs/paper-profile.md: the plan stays within
+# 60 h down to 17.7x). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
+# kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the
+# small model's decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1
+# CPU thread): T5-small / T5-large 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the
+# translations); toy pairs 0.3 (RQ4's measured 0.23-0.29). An output the same notebook already
+# computed (the vanilla model's in every sweep of a split, a policy's in a second timing pass) is
+# not computed again (`shard.outputs` keeps them in memory), and not counted again here.
 BATCH_GAIN = 18.0
 COST_RATIO = {
     "cnn_dailymail": 0.175,
