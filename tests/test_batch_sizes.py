@@ -232,3 +232,28 @@ def test_the_notebook_section_replays_the_files_and_says_what_their_intervals_al
     assert len(result.answer) <= 850  # an answer is a few sentences; the verdicts are the details'
     with pytest.raises(ValueError, match="batch_results: no <pair>.json in"):
         batching.load(tmp_path / "empty")
+
+
+def test_the_batch_answer_leads_with_what_the_intervals_say():
+    """The first sentence follows the data: still paying at the largest batch, only at small ones,
+    or at none (greedy and the lockstep-timed copies left out)."""
+    from bildlab.study import batching
+
+    def file(spec_lo, spec_hi):
+        methods = {"spec": {"method": "speculative"}, "spec lockstep": {"engine": "lockstep"}}
+        rows = [
+            {"method": m, "batch_size": b, "speedup_ci": ci}
+            for b, ci in ((1, spec_lo), (64, spec_hi))
+            for m in ("greedy", "spec", "spec lockstep")
+        ]
+        return {"methods": methods, "rows": rows}
+
+    assert batching.lead([file((1.2, 1.4), (0.9, 1.1))]) == (
+        "Speculation pays at small batches and no longer at batch 64."
+    )
+    assert batching.lead([file((1.2, 1.4), (1.05, 1.1))]) == (
+        "Speculation still pays at batch 64: spec."
+    )
+    assert batching.lead([file((0.8, 0.9), (0.9, 1.1))]) == (
+        "Speculation pays at no batch size measured here."
+    )
