@@ -66,12 +66,29 @@ def figure(files: list[dict]):
     return plots.batch_speedups(panels)
 
 
-def table_rows(files: list[dict]) -> tuple[list[dict], list[dict]]:
+def ragged_over_lockstep(files: list[dict]) -> dict:
+    """{(pair, method, batch size): (ratio, (lo, hi))}: each lockstep-timed method's ragged engine
+    (the method without the suffix) over its lockstep on the same batches, with its paired
+    interval."""
+    found = {}
+    for f in files:
+        at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
+        for (method, b), lock in at.items():
+            ragged = method.removesuffix(LOCKSTEP)
+            if ragged != method and (ragged, b) in at:
+                rag, lock = at[(ragged, b)]["seconds"], lock["seconds"]
+                ci = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
+                found[(f["pair"], ragged, b)] = (sum(lock) / sum(rag), ci)
+    return found
+
+
+def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dict], list[dict]]:
     """Speedup over batched greedy [95% interval] (predicted), a row per pair and method, a column
     per batch size; then each lockstep-timed method's ragged engine over its lockstep on the same
-    batches (paired interval)."""
+    batches (`engines`: `ragged_over_lockstep(files)`, computed if not given)."""
+    engines = ragged_over_lockstep(files) if engines is None else engines
     sizes = sorted({r["batch_size"] for f in files for r in f["rows"]})
-    speedups, engines = [], []
+    speedups, over = [], []
     for f in files:
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
         for method in f["methods"]:
@@ -88,11 +105,10 @@ def table_rows(files: list[dict]) -> tuple[list[dict], list[dict]]:
             ragged = method.removesuffix(LOCKSTEP)
             if ragged != method:
                 cells = {
-                    f"batch {b}": _ragged_cell(at.get((ragged, b)), at.get((method, b)))
-                    for b in sizes
+                    f"batch {b}": _ratio_cell(engines.get((f["pair"], ragged, b))) for b in sizes
                 }
-                engines.append({"pair": f["pair"], "ragged over lockstep": ragged, **cells})
-    return speedups, engines
+                over.append({"pair": f["pair"], "ragged over lockstep": ragged, **cells})
+    return speedups, over
 
 
 def markdown_table(files: list[dict]) -> str:
@@ -107,16 +123,7 @@ def markdown_table(files: list[dict]) -> str:
     return "\n".join(markdown(speedups) + [""] + markdown(engines))
 
 
-def _ragged_over_lockstep(ragged: dict | None, lockstep: dict | None) -> tuple | None:
-    """The ragged engine's speedup over the lockstep on the same batches and its paired interval."""
-    if ragged is None or lockstep is None:
-        return None
-    rag, lock = ragged["seconds"], lockstep["seconds"]
-    return sum(lock) / sum(rag), interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
-
-
-def _ragged_cell(ragged: dict | None, lockstep: dict | None) -> str:
-    found = _ragged_over_lockstep(ragged, lockstep)
+def _ratio_cell(found: tuple | None) -> str:
     if found is None:
         return ""
     ratio, (lo, hi) = found
@@ -171,7 +178,9 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
     fig = figure(files)
     plots.save(fig, "batch_sizes", figures)
     notes, summary, within, rows_n, reach = [], [], 0, 0, {}
-    for f in files:
+    engines = ragged_over_lockstep(files)
+    zoos = [_zoo(f) for f in files]  # each a fingerprint of the installed zoo's files
+    for f, zoo in zip(files, zoos):
         lines = []
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
         sizes = sorted({r["batch_size"] for r in f["rows"]})
@@ -182,7 +191,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         ]
         lines.append(
             f"- **{f['pair']}** (N = {f['n']} test inputs at each batch size, {f['max_new_tokens']} "
-            f"new tokens; {_where(f)}; {_zoo(f)}; the lossless methods' outputs equal greedy's "
+            f"new tokens; {_where(f)}; {zoo}; the lossless methods' outputs equal greedy's "
             f"in {sum(r['identical'] for r in lossless)} of {sum(r['rows'] for r in lossless)}):"
         )
         for method in f["methods"]:
@@ -199,11 +208,11 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
                 lines.append(f"  - {method} over batched greedy: {verdict(points)}")
                 reach.setdefault(method, []).append(f"{f['pair']} {_reach(points)}")
             else:
-                pairs = [
-                    (b, _ragged_over_lockstep(at.get((ragged, b)), at.get((method, b))))
+                points = [
+                    (b, engines[(f["pair"], ragged, b)][1])
                     for b in sizes
+                    if (f["pair"], ragged, b) in engines
                 ]
-                points = [(b, found[1]) for b, found in pairs if found]
                 lines.append(
                     f"  - {ragged}, the ragged engine over the lockstep: {verdict(points)}"
                 )
@@ -211,7 +220,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
     everywhere = sorted({r["batch_size"] for f in files for r in f["rows"]})
     lo, hi = everywhere[0], everywhere[-1]
     shown = [f"batch {b}" for b in dict.fromkeys((lo, everywhere[len(everywhere) // 2], hi))]
-    installed = all(_zoo(f) == INSTALLED for f in files)
+    installed = all(zoo == INSTALLED for zoo in zoos)
     where = "; ".join(dict.fromkeys(_where(f) for f in files)) + (
         ", the installed zoo" if installed else ", not the installed zoo's models (see the details)"
     )
@@ -223,7 +232,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         f'`engine="auto"` takes the lockstep for BiLD batches of {BILD_LOCKSTEP_ROWS} rows or '
         "more."
     )
-    speedups, engines = table_rows(files)
+    speedups, over = table_rows(files, engines)
     details = [
         "Each verdict by its 95% paired interval over the batches; the rows ending in "
         '"lockstep" as the ragged engine over the lockstep on the same batches. The calibrated '
@@ -231,7 +240,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         "it. Each table cell below: speedup [95% interval] (predicted).",
         *notes,
         Table(speedups),
-        Table(engines),
+        Table(over),
     ]
     return Result(
         name="batch_sizes",
