@@ -696,5 +696,5 @@ def test_a_chunk_holding_the_pad_token_keeps_every_positions_one_after_another(m
             )
             whole = view(cache)
             whole.logits(seq, 1, 1)
-            assert capabilities._differs(alone[1:], whole.logits(seq, seq.shape[1], 4))
+            assert capabilities.differs(alone[1:], whole.logits(seq, seq.shape[1], 4))
             monkeypatch.setitem(capabilities._PROBED, large, probed)

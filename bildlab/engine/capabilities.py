@@ -103,11 +103,11 @@ class Cache:
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _one_line(e: Exception) -> str:
+def one_line(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def _feed(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tensor:
+def feed_logits(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tensor:
     """Float logits [rows, n, vocab] of feeding ids [rows, n] on `cache` (`past` positions cached,
     or `mask`)."""
     kw = {fwd.cache_kw: cache, "use_cache": True}
@@ -126,14 +126,14 @@ def _feed(model, fwd, cache, ids, past=0, mask=None, encoded=None) -> torch.Tens
     return model(**kw).logits.float()
 
 
-def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+def max_gap(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
-def _differs(a: torch.Tensor, b: torch.Tensor, noise: float = 0.0) -> bool:
+def differs(a: torch.Tensor, b: torch.Tensor, noise: float = 0.0) -> bool:
     """Beyond rounding: ten times the `noise` seen between two equal computations, and 1e-4 of the
     logits' scale."""
-    return _gap(a, b) > 10 * noise + 1e-4 * a.abs().max().item()
+    return max_gap(a, b) > 10 * noise + 1e-4 * a.abs().max().item()
 
 
 @torch.inference_mode()
@@ -157,7 +157,7 @@ def probe(model: PreTrainedModel) -> Cache:
             prefix = ids([model.generation_config.decoder_start_token_id or 0])
         else:
             prefix = ids([3, 4])
-        first = _feed(model, fwd, cache, prefix, encoded=encoded)
+        first = feed_logits(model, fwd, cache, prefix, encoded=encoded)
         # after a prefill, as transformers' assisted generation checks it
         croppable = bool(cache.is_croppable)
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
@@ -167,9 +167,9 @@ def probe(model: PreTrainedModel) -> Cache:
             if any("Linear" in n for n in layers)
             else ", ".join(sorted(layers)) or "empty"
         )
-        step = _feed(model, fwd, cache, ids([5]), prefix.shape[1], encoded=encoded)
+        step = feed_logits(model, fwd, cache, ids([5]), prefix.shape[1], encoded=encoded)
     except Exception as e:  # noqa: BLE001 -- any failure here is a model bildlab cannot run: refused, with its reason
-        found = _PROBED[model] = Cache(_one_line(e), None, False, "unknown")
+        found = _PROBED[model] = Cache(one_line(e), None, False, "unknown")
         return found
     chunks = _chunks(model, fwd, cache, prefix.shape[1] + 1, encoded, ids) if croppable else None
     pad_split = None
@@ -189,7 +189,7 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | int | None:
     exact (`split_after_pad`)."""
 
     def feed(*tokens):
-        return _feed(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
+        return feed_logits(model, fwd, cache, ids(list(tokens)), past, encoded=encoded)[0]
 
     def back(n):
         cache.crop(-n)
@@ -197,7 +197,7 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | int | None:
     try:
         chunk = feed(6, 7)
         back(2)
-        if _differs(chunk[0], feed(6, 8)[0]):
+        if differs(chunk[0], feed(6, 8)[0]):
             return (
                 "a token sees the tokens fed after it in the same call: not a causal decoder (for a BERT-like "
                 "model, config.is_decoder=False)"
@@ -206,16 +206,16 @@ def _chunks(model, fwd, cache, past, encoded, ids) -> str | int | None:
         if isinstance(pad, int):
             back(2)
             feed(6)
-            noise = _gap(chunk[1], feed(7)[-1])
+            noise = max_gap(chunk[1], feed(7)[-1])
             back(2)
             padded = feed(pad, 7)
             back(2)
             feed(pad)
-            if _differs(padded[1], feed(7)[-1], noise):
+            if differs(padded[1], feed(7)[-1], noise):
                 return pad
         back(2)
     except Exception as e:  # noqa: BLE001
-        return _one_line(e)
+        return one_line(e)
     return None
 
 
@@ -227,13 +227,14 @@ def _pads(model, fwd, ids, first, step) -> bool:
     try:
         cache = new_cache(model, record=False)
         mask = torch.tensor([[0, 1, 1], [1, 1, 1]], device=first.device)
-        batch = _feed(model, fwd, cache, ids([pad, 3, 4], [9, 3, 4]), mask=mask)
-        noise = _gap(
-            batch[1, -1], _feed(model, fwd, new_cache(model, record=False), ids([9, 3, 4]))[0, -1]
+        batch = feed_logits(model, fwd, cache, ids([pad, 3, 4], [9, 3, 4]), mask=mask)
+        noise = max_gap(
+            batch[1, -1],
+            feed_logits(model, fwd, new_cache(model, record=False), ids([9, 3, 4]))[0, -1],
         )
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-        after = _feed(model, fwd, cache, ids([5], [5]), mask=mask)
-        return not _differs(batch[0, -1], first[0, -1], noise) and not _differs(
+        after = feed_logits(model, fwd, cache, ids([5], [5]), mask=mask)
+        return not differs(batch[0, -1], first[0, -1], noise) and not differs(
             after[0, -1], step[0, -1], noise
         )
     except Exception:  # noqa: BLE001 -- a model that cannot take a padded batch is batched without padding
@@ -260,9 +261,9 @@ def _shifts(model, fwd, ids, prefix, encoded) -> bool:
             return model(**kw).logits.float()
 
         alone = feed([[start, 5, 6]], None)[0, -1]
-        noise = _gap(alone, feed([[start, 5, 6], [start, 5, 6]], None)[1, -1])
+        noise = max_gap(alone, feed([[start, 5, 6], [start, 5, 6]], None)[1, -1])
         padded = feed([[pad, start, 5, 6], [start, 5, 6, 7]], [[0, 1, 1, 1], [1, 1, 1, 1]])
-        return not _differs(padded[0, -1], alone, noise)
+        return not differs(padded[0, -1], alone, noise)
     except Exception:  # noqa: BLE001 -- a decoder that cannot take the mask is not batched raggedly
         return False
 

@@ -152,17 +152,17 @@ def _probe(model: PreTrainedModel) -> str | None:
         dynamic = capabilities.new_cache(model, record=False)
         past = 0
         for chunk in chunks + [ids(5), ids(6, 7)]:
-            got = capabilities._feed(model, fwd, cache, chunk, past, encoded=encoded)
-            want = capabilities._feed(model, fwd, dynamic, chunk, past, encoded=encoded)
+            got = capabilities.feed_logits(model, fwd, cache, chunk, past, encoded=encoded)
+            want = capabilities.feed_logits(model, fwd, dynamic, chunk, past, encoded=encoded)
             past += chunk.shape[1]
-            if capabilities._differs(want, got):
+            if capabilities.differs(want, got):
                 why = (
                     "its logits on a static cache differ from those on the dynamic cache (by "
-                    f"{capabilities._gap(want, got):.3g} after {past} positions)"
+                    f"{capabilities.max_gap(want, got):.3g} after {past} positions)"
                 )
                 break
     except Exception as e:  # noqa: BLE001 -- a forward that fails on a static cache: refused, with its reason
-        why = f"its forward fails on a static cache ({capabilities._one_line(e)})"
+        why = f"its forward fails on a static cache ({capabilities.one_line(e)})"
     _PROBED[model] = why
     return why
 
