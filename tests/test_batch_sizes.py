@@ -257,3 +257,26 @@ def test_the_batch_answer_leads_with_what_the_intervals_say():
     assert batching.lead([file((0.8, 0.9), (0.9, 1.1))]) == (
         "Speculation pays at no batch size measured here."
     )
+
+
+def test_a_lockstep_copy_is_known_by_its_engine_not_its_name():
+    """The ragged-over-lockstep comparison pairs a method whose policy names engine="lockstep" with
+    the method of the same policy that names none, whatever they are called."""
+    from bildlab.study import batching
+
+    bild = {"method": "bild", "fallback": 0.5, "rollback": 3.0}
+    methods = {
+        "bild": bild,
+        "both models everywhere": {**bild, "engine": "lockstep"},
+        "spec lockstep": {"method": "speculative", "k": 4},  # a name, not an engine
+        "bild rb 5 lockstep": {**bild, "rollback": 5.0, "engine": "lockstep"},  # no ragged twin
+    }
+    f = {"pair": "p", "methods": methods, "rows": []}
+    assert batching.lockstep_copies(f) == {"both models everywhere": "bild"}
+    f["rows"] = [
+        {"method": m, "batch_size": 8, "seconds": s}
+        for m, s in (("bild", [1.0, 2.0, 1.0]), ("both models everywhere", [2.0, 4.0, 2.0]))
+    ]
+    (ratio, (lo, hi)), *_ = batching.ragged_over_lockstep([f]).values()
+    assert (ratio, lo, hi) == (2.0, 2.0, 2.0)
+    assert list(batching.ragged_over_lockstep([f])) == [("p", "bild", 8)]

@@ -19,7 +19,6 @@ from . import plots
 from .common import Result, Table, to_table, value
 
 TOLERANCE = 0.05  # a prediction "within" the measurement: measured over predicted in 1 +- this
-LOCKSTEP = " lockstep"  # the suffix of a method timed by the lockstep engine (engine="lockstep")
 INSTALLED = "the installed zoo"
 
 
@@ -66,16 +65,31 @@ def figure(files: list[dict]):
     return plots.batch_speedups(panels)
 
 
+def lockstep_copies(f: dict) -> dict[str, str]:
+    """{method timed by the lockstep engine (its policy names engine="lockstep"): the method of the
+    same policy that names no engine (the ragged engine, by `engine="auto"`'s choice)}."""
+
+    def policy(p: dict) -> str:
+        return json.dumps({k: v for k, v in p.items() if k != "engine"}, sort_keys=True)
+
+    free = {policy(p): name for name, p in f["methods"].items() if "engine" not in p}
+    return {
+        name: free[policy(p)]
+        for name, p in f["methods"].items()
+        if p.get("engine") == "lockstep" and policy(p) in free
+    }
+
+
 def ragged_over_lockstep(files: list[dict]) -> dict:
     """{(pair, method, batch size): (ratio, (lo, hi))}: each lockstep-timed method's ragged engine
-    (the method without the suffix) over its lockstep on the same batches, with its paired
-    interval."""
+    (`lockstep_copies`) over its lockstep on the same batches, with its paired interval."""
     found = {}
     for f in files:
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
+        copies = lockstep_copies(f)
         for (method, b), lock in at.items():
-            ragged = method.removesuffix(LOCKSTEP)
-            if ragged != method and (ragged, b) in at:
+            ragged = copies.get(method)
+            if ragged is not None and (ragged, b) in at:
                 rag, lock = at[(ragged, b)]["seconds"], lock["seconds"]
                 ci = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
                 found[(f["pair"], ragged, b)] = (sum(lock) / sum(rag), ci)
@@ -91,6 +105,7 @@ def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dic
     speedups, over = [], []
     for f in files:
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
+        copies = lockstep_copies(f)
         for method in f["methods"]:
             cells = {}
             for b in sizes:
@@ -102,8 +117,8 @@ def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dic
                     f"{r['speedup_ci'][1]:.2f}] ({r['predicted_speedup']:.2f}x)"
                 )
             speedups.append({"pair": f["pair"], "method": method, **cells})
-            ragged = method.removesuffix(LOCKSTEP)
-            if ragged != method:
+            ragged = copies.get(method)
+            if ragged is not None:
                 cells = {
                     f"batch {b}": _ratio_cell(engines.get((f["pair"], ragged, b))) for b in sizes
                 }
@@ -180,7 +195,10 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
     notes, summary, within, rows_n, reach = [], [], 0, 0, {}
     engines = ragged_over_lockstep(files)
     zoos = [_zoo(f) for f in files]  # each a fingerprint of the installed zoo's files
+    lockstep = set()  # (pair, method) of the lockstep-timed methods
     for f, zoo in zip(files, zoos):
+        copies = lockstep_copies(f)
+        lockstep.update((f["pair"], method) for method in copies)
         lines = []
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
         sizes = sorted({r["batch_size"] for r in f["rows"]})
@@ -202,8 +220,8 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
             summary.append({"pair": f["pair"], "method": method, **cells})
             rows_n += len(rows)
             within += sum(abs(r["measured_over_predicted"] - 1) <= TOLERANCE for r in rows)
-            ragged = method.removesuffix(LOCKSTEP)
-            if ragged == method:
+            ragged = copies.get(method)
+            if ragged is None:
                 points = [(r["batch_size"], r["speedup_ci"]) for r in rows]
                 lines.append(f"  - {method} over batched greedy: {verdict(points)}")
                 reach.setdefault(method, []).append(f"{f['pair']} {_reach(points)}")
@@ -252,7 +270,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
             [
                 {k: v for k, v in row.items() if k in ("pair", "method", *shown)}
                 for row in summary
-                if not row["method"].endswith(LOCKSTEP)
+                if (row["pair"], row["method"]) not in lockstep
             ]
         ),
         details=details,
@@ -260,6 +278,6 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
             f"{row['pair']} {row['method']}: {row.get(f'batch {lo}', '')} at batch {lo}, "
             f"{row.get(f'batch {hi}', '')} at batch {hi}"
             for row in summary
-            if not row["method"].endswith(LOCKSTEP)
+            if (row["pair"], row["method"]) not in lockstep
         ),
     )
