@@ -13,9 +13,12 @@ vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs per second of 
 generate_batch at each batch size and with each of its engines (`--engines`: auto is ragged draft
 and verify where the models allow it, lockstep runs both models at every position), their ratio to
 the engine and to generate_batch greedy at the same batch size, and how many outputs equal the
-engine's; clocks from bildlab.engine.timing, a fixed thread count, warm-up decodes untimed, the
-engines of one batch size timed one after another. Exits non-zero if any output differs from the
-engine's."""
+engine's; timed under the one protocol (`timing.interleave`): at each batch size the examples are cut into
+full batches, and every batch is decoded by the engine (its rows one after another), by batched
+greedy and by each engine of generate_batch, back to back in a rotating order, after untimed
+warm-up batches. Each ratio is a ratio of summed seconds with its 95% paired bootstrap interval
+over the batches (N = examples // batch size: a single batch has no interval). Exits non-zero if
+any output differs from the engine's."""
 
 import argparse
 import sys
@@ -24,7 +27,8 @@ import torch
 
 from bildlab import generate, load_pair
 from bildlab.engine.batch import generate_batch
-from bildlab.engine.timing import clock, fixed_threads
+from bildlab.engine.timing import interleave
+from bildlab.measure.intervals import interval, ratio_of_sums
 from bildlab.world.tasks import load_task
 
 SETUPS = {
@@ -34,10 +38,10 @@ SETUPS = {
 }
 
 
-def timed(fn, device="cpu"):
-    t0 = clock(device)
-    out = fn()
-    return out, clock(device) - t0
+def ratio(num: list[float], den: list[float]) -> str:
+    """sum(num) / sum(den) [95% paired interval over the batches]."""
+    lo, hi = interval(lambda idx: ratio_of_sums(num, den, idx), len(num))
+    return f"{sum(num) / sum(den):.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 def main(argv=None):
@@ -49,7 +53,7 @@ def main(argv=None):
     ap.add_argument("--batch-sizes", default="1,16,64", help="comma-separated (default 1,16,64)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument(
-        "--warmup", type=int, default=2, help="untimed warm-up decodes per method (default 2)"
+        "--warmup", type=int, default=2, help="untimed warm-up batches per batch size (default 2)"
     )
     ap.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads while timing (default 1)"
@@ -69,52 +73,57 @@ def main(argv=None):
         f"inputs={len(examples)} max_new_tokens={args.max_new_tokens} threads={args.threads} device={args.device}"
     )
     print(
-        f"{'setup':>30} | {'decoding':>24} | {'outputs/s':>9} | {'x engine':>8} | "
-        f"{'x greedy':>8} | {'identical':>9}"
+        f"{'setup':>30} | {'decoding':>18} | {'outputs/s':>9} | {'x engine [95%]':>22} | "
+        f"{'x greedy [95%]':>22} | {'identical':>9}"
     )
-    greedy = {}  # (pair, batch size): generate_batch greedy's outputs per second
-    with fixed_threads(args.threads), torch.inference_mode():
-        for name, (pair_name, policy) in SETUPS.items():
-            pair = load_pair(pair_name, device=args.device)
-            inputs = [pair.encode(ex["source"]) for ex in examples]
-            kw = dict(max_new_tokens=args.max_new_tokens, **policy)
-            if policy["method"] != "greedy":
-                kw["small"] = pair.small
-            for x in inputs[: args.warmup]:
-                generate(pair.large, x, **kw)
-            generate_batch(pair.large, inputs[: args.warmup], **kw)
-            ref, seconds = timed(
-                lambda: [generate(pair.large, x, **kw).tokens for x in inputs], args.device
+    for name, (pair_name, policy) in SETUPS.items():
+        pair = load_pair(pair_name, device=args.device)
+        inputs = [pair.encode(ex["source"]) for ex in examples]
+        kw = dict(max_new_tokens=args.max_new_tokens, **policy)
+        if policy["method"] != "greedy":
+            kw["small"] = pair.small
+        for size in sizes:
+            batches = [inputs[i : i + size] for i in range(0, len(inputs) - size + 1, size)]
+            reports = {}
+
+            def batched(name, **policy_kw):
+                def run(x, i):
+                    report = reports.setdefault(name, {})
+                    outs = generate_batch(
+                        pair.large, batches[i], batch_size=size, report=report, **policy_kw
+                    )
+                    return [o.tokens for o in outs], {}
+
+                return run
+
+            runners = {
+                "engine": lambda x, i: (
+                    [generate(pair.large, r, **kw).tokens for r in batches[i]],
+                    {},
+                ),
+                "greedy": batched("greedy", max_new_tokens=args.max_new_tokens),
+            }
+            for engine in engines if policy["method"] != "greedy" else []:
+                runners[engine] = batched(engine, engine=engine, **kw)
+            markers = [torch.zeros(1, device=pair.large.device) for _ in batches]
+            rows = interleave(
+                markers, runners, warmup=min(args.warmup, len(batches)), threads=args.threads
             )
-            base = len(inputs) / seconds
-            print(
-                f"{name:>30} | {'generate':>24} | {base:9.1f} | {1.0:8.2f} | {'':>8} | {len(ref):>9}"
-            )
-            for size in sizes:
-                if (pair_name, size) not in greedy:
-                    _, seconds = timed(
-                        lambda: generate_batch(
-                            pair.large, inputs, batch_size=size, max_new_tokens=args.max_new_tokens
-                        ),
-                        args.device,
-                    )
-                    greedy[pair_name, size] = len(inputs) / seconds
-                for engine in engines if policy["method"] != "greedy" else ["auto"]:
-                    report = {}
-                    outs, seconds = timed(
-                        lambda: generate_batch(
-                            pair.large, inputs, batch_size=size, engine=engine, report=report, **kw
-                        ),
-                        args.device,
-                    )
-                    same = sum(o.tokens == r for o, r in zip(outs, ref))
-                    differ += len(ref) - same
-                    rate = len(inputs) / seconds
-                    how = f"batch {size} {report['engine']}"
-                    print(
-                        f"{name:>30} | {how:>24} | {rate:9.1f} | {rate / base:8.2f} | "
-                        f"{rate / greedy[pair_name, size]:8.2f} | {f'{same}/{len(ref)}':>9}"
-                    )
+            seconds = {k: [r[k]["seconds"] for r in rows] for k in runners}
+            ref = [t for r in rows for t in r["engine"]["tokens"]]
+            for k in runners:
+                if k == "engine" or (k == "greedy" and policy["method"] != "greedy"):
+                    continue
+                outs = [t for r in rows for t in r[k]["tokens"]]
+                same = sum(o == t for o, t in zip(outs, ref))
+                differ += len(ref) - same
+                how = f"batch {size} {reports[k].get('engine', k)}"
+                print(
+                    f"{name:>30} | {how:>18} | {len(ref) / sum(seconds[k]):9.1f} | "
+                    f"{ratio(seconds['engine'], seconds[k]):>22} | "
+                    f"{'' if k == 'greedy' else ratio(seconds['greedy'], seconds[k]):>22} | "
+                    f"{f'{same}/{len(ref)}':>9}"
+                )
     if differ:
         print(f"NOT IDENTICAL: {differ} outputs differ from the engine's")
         return 1
