@@ -36,6 +36,7 @@ from bildlab.harness import shard
 from bildlab.harness.benchmark import run
 from bildlab.measure import metrics
 from bildlab.measure.intervals import interval, intervals, ratio_of_sums
+from bildlab.world.models import TOY_PAIRS, fingerprint
 
 # row -> (method, engine keywords); "hf_*" are transformers' generate
 ROWS = {
@@ -75,8 +76,6 @@ SPEEDUPS = (
 
 
 def zoo(name, n, device, aligned):
-    from bildlab.world.models import TOY_PAIRS
-
     pair = bildlab.load_pair(
         name, aligned=aligned and TOY_PAIRS[name][2] is not None, device=device
     )
@@ -157,8 +156,11 @@ def measure(name, args):
     print(
         f"{'row':>22} | {'tokens/s':>9} | {'same as greedy':>14} | {'BLEU (change vs greedy)':>30}"
     )
+    aligned = args.aligned and name in TOY_PAIRS and TOY_PAIRS[name][2] is not None
     result = {
         "pair": name,
+        # the models' files (models.fingerprint): which zoo made the run
+        "zoo": fingerprint(name, "aligned" if aligned else "small"),
         "n": len(inputs),
         "compile_seconds": compile_seconds,
         "rows": {},
