@@ -39,7 +39,9 @@ SETUPS = {
 
 
 def ratio(num: list[float], den: list[float]) -> str:
-    """sum(num) / sum(den) [95% paired interval over the batches]."""
+    """sum(num) / sum(den) [95% paired interval over the batches] (none from one batch)."""
+    if len(num) < 2:
+        return f"{sum(num) / sum(den):.2f}x (1 batch)"
     lo, hi = interval(lambda idx: ratio_of_sums(num, den, idx), len(num))
     return f"{sum(num) / sum(den):.2f}x [{lo:.2f}, {hi:.2f}]"
 
