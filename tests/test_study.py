@@ -866,6 +866,10 @@ def test_the_explained_table_says_what_its_count_holds(tmp_path):
         "| small | 4 | 3 (75%) | |\n"
         "| all | 10 | 9 (90%) | median 1.004 [0.930, 1.030] |"
     )
+    # a registry without a priced record: no spread to state
+    study.explained(tmp_path / "empty", [], figures=tmp_path)
+    assert json.loads((tmp_path / "rq2_costs.json").read_text())["ratio"] is None
+    assert runner.explained_table(tmp_path / "rq2_costs.json").endswith("| all | 0 | 0 (0%) | – |")
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ SMALLS = [("toy-mt", "t5-small"), ("toy-sum", "t5-small"), ("toy-mt-llama", "lla
 
 
 def missed(reason):
-    """A target zoo v2 misses, with the card's measured value and interval; strict: a rebuild that
+    """A target the shipped zoo misses, with the card's measured value and interval; strict: a rebuild that
     meets it fails here and asks for the marker to go."""
     return pytest.mark.xfail(strict=True, reason=reason)
 
@@ -70,7 +70,7 @@ def test_shipped_card_llama_large_is_better_than_its_small():
     [
         SMALLS[0],
         pytest.param(
-            *SMALLS[1], marks=missed("toy-sum: the small agrees on 0.7060 [0.6847, 0.7237]")
+            *SMALLS[1], marks=missed("toy-sum: the small agrees on 0.6763 [0.6297, 0.7138]")
         ),
         SMALLS[2],
     ],
@@ -84,8 +84,8 @@ def test_shipped_card_small_is_mostly_right_with_room_for_alignment(task, small)
 @pytest.mark.parametrize(
     "task",
     [
-        pytest.param("toy-mt", marks=missed("toy-mt: alignment adds +0.0224 [+0.0143, +0.0306]")),
-        "toy-sum",
+        pytest.param("toy-mt", marks=missed("toy-mt: alignment adds +0.0210 [+0.0137, +0.0280]")),
+        pytest.param("toy-sum", marks=missed("toy-sum: alignment adds +0.0082 [+0.0041, +0.0122]")),
     ],
 )
 def test_shipped_card_alignment_raises_agreement_by_3_points(task):
@@ -100,7 +100,16 @@ def test_shipped_card_aligned_small_scores_no_worse(task):
     assert high >= 0, (value, low, high)
 
 
-@pytest.mark.parametrize("task", ["toy-mt", "toy-sum", "toy-mt-llama"])
+@pytest.mark.parametrize(
+    "task",
+    [
+        "toy-mt",
+        pytest.param(
+            "toy-sum", marks=missed("toy-sum: the large's outputs end at the limit in 3 of 300")
+        ),
+        "toy-mt-llama",
+    ],
+)
 def test_shipped_card_few_outputs_run_to_the_length_limit(task):
     """Under 1% of the large model's outputs and under 3% of each small model's end at
     max_new_tokens."""
@@ -111,7 +120,22 @@ def test_shipped_card_few_outputs_run_to_the_length_limit(task):
 
 @pytest.mark.parametrize("ratio", ["t5-large / t5-small", "llama-large / llama-small"])
 def test_shipped_card_latency_ratio_is_in_the_papers_regime(ratio):
-    assert 4 <= CARD["latency_ratio"][ratio] <= 10
+    """Zoo v3's target: the large model costs at least 8 times its small per token (the paper's
+    T5 pair: about 11)."""
+    assert 8 <= CARD["latency_ratio"][ratio] <= 20
+
+
+@pytest.mark.parametrize(
+    "task, large, floor",
+    [
+        ("toy-mt", "t5-large", 95.6),
+        ("toy-sum", "t5-large", 78.1),
+        ("toy-mt-llama", "llama-large", 66.0),
+    ],
+)
+def test_shipped_card_large_is_at_least_as_good_as_zoo_v2s(task, large, floor):
+    """Zoo v3's large models score at least zoo v2's (its card's test scores, 300 examples)."""
+    assert TEST[task][large][tasks.task_metric(models.task_of(task))] >= floor
 
 
 def test_shipped_card_early_exit_is_cheaper_and_mostly_agrees():

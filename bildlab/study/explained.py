@@ -144,11 +144,7 @@ def explained(
         )
         + "."
     )
-    ratios = (
-        np.array([r["summary"]["measured_over_predicted"] for r in records])
-        if records
-        else np.ones(1)
-    )
+    ratios = np.array([r["summary"]["measured_over_predicted"] for r in records])
     per_method = {}
     for r in records:
         m = per_method.setdefault(r["key"]["method"], [0, 0])
@@ -168,26 +164,31 @@ def explained(
             for row in rows
         },
         "per_method": per_method,
-        "ratio": {
+        "ratio": {  # none without a priced record
             "median": round(float(np.median(ratios)), 3),
             "min": round(float(ratios.min()), 3),
             "max": round(float(ratios.max()), 3),
-        },
+        }
+        if records
+        else None,
     }
     plots.save_data(headline, "rq2_costs", figures)  # the README's line on it is made from this
     at = {c: [_at(CS, ys, c) for ys in curves.values()] for c in (0.1, 0.5)}
+    ratio = headline["ratio"]
     short = (
         f"Of {n} records priced by a calibration of the machine they ran on, **{inside} "
-        f"({inside / max(n, 1):.0%}) have a measured speedup within ±{tolerance:.0%} of the one their "
-        f"exact call counts predict** (measured / predicted: median {headline['ratio']['median']:.3f}, "
-        f"range {headline['ratio']['min']:.3f} to {headline['ratio']['max']:.3f})."
-        + (
-            f" With their counts fixed and other costs, the {len(curves)} chosen policies would run at "
-            f"{min(at[0.1]):.2f}–{max(at[0.1]):.2f}x on a machine whose draft step costs c = 0.1 of a "
-            f"large pass, and at {min(at[0.5]):.2f}–{max(at[0.5]):.2f}x at c = 0.5."
-            if curves
-            else ""
-        )
+        f"({inside / max(n, 1):.0%}) have a measured speedup within ±{tolerance:.0%} of the one "
+        f"their exact call counts predict** (measured / predicted: median {ratio['median']:.3f}, "
+        f"range {ratio['min']:.3f} to {ratio['max']:.3f})."
+        if ratio
+        else "No record is priced by a calibration of the machine it ran on yet (`bildlab "
+        "calibrate` there, or `bildlab registry --retime`)."
+    ) + (
+        f" With their counts fixed and other costs, the {len(curves)} chosen policies would run at "
+        f"{min(at[0.1]):.2f}–{max(at[0.1]):.2f}x on a machine whose draft step costs c = 0.1 of a "
+        f"large pass, and at {min(at[0.5]):.2f}–{max(at[0.5]):.2f}x at c = 0.5."
+        if curves
+        else ""
     )
     shown = Table(
         [

@@ -37,8 +37,9 @@ from .stand_in import _stand_ins
 # on a T4-class GPU: CNN/DM 37,872 s for 13,368 validation examples in a public reproduction (2.83
 # s); the others scaled from it by their typical output length (about 55 tokens for CNN/DM, 25 for
 # XSum, 30 for the translations). Toy tasks, on one CPU thread: the vanilla T5's mean timed seconds
-# per decode in the committed toy records (two study processes on 2 cores): 0.249 (toy-mt), 0.331
-# (toy-sum). The two kinds are reported apart, never added.
+# per decode in the committed toy records (zoo v3; two study processes on 2-core Intel Xeon and AMD
+# EPYC VMs; the median over the records of a task): 0.25 (toy-mt), 0.40 (toy-sum).
+# The two kinds are reported apart, never added.
 TYPICAL_TOKENS = {
     "cnn_dailymail": 55,
     "xsum": 25,
@@ -54,7 +55,7 @@ SECONDS_PER_DECODE = {
     "iwslt2017-de-en": 1.5,
     "wmt14-de-en": 1.6,
     "toy-mt": 0.25,
-    "toy-sum": 0.33,
+    "toy-sum": 0.4,
 }
 # Timing hours (the protocol at batch 1): every runner's decode of a timed example counts as one
 # vanilla decode (an upper bound for BiLD and speculative decoding, which the protocol finds faster
@@ -75,24 +76,26 @@ SECONDS_PER_DECODE = {
 # kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the
 # small model's decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1
 # CPU thread): T5-small / T5-large 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the
-# translations); toy pairs 0.3 (RQ4's measured 0.23-0.29). An output the same notebook already
-# computed (the vanilla model's in every sweep of a split, a policy's in a second timing pass) is
-# not computed again (`shard.outputs` keeps them in memory), and not counted again here.
+# translations); toy pairs 0.12 (zoo v3, benchmarks/compile/cpu-intel-xeon.json: 0.117 toy-mt and
+# 0.087 toy-mt-llama eager; the toy-mt T5's batch gain is zoo v2's, not measured on zoo v3).
+# An output the same notebook already computed (the vanilla model's in every sweep of a split, a
+# policy's in a second timing pass) is not computed again (`shard.outputs` keeps them in memory),
+# and not counted again here.
 BATCH_GAIN = 18.0
 COST_RATIO = {
     "cnn_dailymail": 0.175,
     "xsum": 0.175,
     "iwslt2017-de-en": 0.34,
     "wmt14-de-en": 0.34,
-    "toy-mt": 0.3,
-    "toy-sum": 0.3,
+    "toy-mt": 0.12,
+    "toy-sum": 0.12,
 }
 # Compiling (a sweep with compile=True): every shard compiles its steps once before it times
 # anything. Priced by the longest `protocol.compile_seconds` among the pair's compiled records in
 # the registry (the first compilation in a process), else COMPILE_SECONDS: the toy pairs' first
-# compilations on one CPU thread in the committed records (47.5 s toy-mt, 71.3 s toy-mt-llama); 150
-# s for any other pair, not measured (a toy Llama step took 146 s on a CPU once).
-COMPILE_SECONDS = {"toy-mt": 47.5, "toy-mt-llama": 71.3}
+# compilations on one CPU thread in the committed records of zoo v3 (141.5 s toy-mt, 131.0 s
+# toy-mt-llama); 150 s for any other pair, not measured (a toy Llama step took 146 s on a CPU once).
+COMPILE_SECONDS = {"toy-mt": 141.5, "toy-mt-llama": 131.0}
 COMPILE_ELSE = 150.0
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
 PARTS = ("timing", "outputs")  # batch-1 decodes of the timed examples; every output in batches

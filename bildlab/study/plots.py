@@ -81,6 +81,8 @@ def _finish(ax, fig, title: str, legend: bool | str = True):
     ax.tick_params(labelsize=8)
     ax.xaxis.label.set_size(9)
     ax.yaxis.label.set_size(9)
+    if not ax.get_legend_handles_labels()[0]:  # nothing labelled (e.g. no priced record to mark)
+        legend = False
     if legend == "below":  # under the tick labels and the axis label, whatever the axes' height
         from matplotlib.transforms import ScaledTranslation
 

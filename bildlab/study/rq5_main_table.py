@@ -276,9 +276,8 @@ def rq5(
     frame = frame[first_cols + [c for c in frame.columns if c not in first_cols]]
     shown, lines, pins = compact(headline, passes)
     short = (
-        f"Each row's policy chosen on {val_split}, reported on {run.get('split', 'test')} with 95% "
-        f"intervals (timing pass 1 of {passes}: all in the table); rows that chose the same policy are "
-        f"one:"
+        f"Chosen on {val_split}, reported on {run.get('split', 'test')}; 95% intervals, timing pass 1 "
+        f"of {passes} (all in the table); rows that share a policy are one:"
         f"\n\n" + "\n".join(f"- {line}" for line in lines)
     )
     link = write_csv(frame, "rq5_main_table", figures)

@@ -416,10 +416,8 @@ def explained_table(path: str | os.PathLike | None = None) -> str:
         f"| {m} | {b} | {a} ({a / max(b, 1):.0%}) | |"
         for m, (a, b) in sorted(data["per_method"].items())
     ]
-    lines.append(
-        f"| all | {n} | {k} ({k / max(n, 1):.0%}) | "
-        f"median {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] |"
-    )
+    spread = f"median {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}]" if r else "–"
+    lines.append(f"| all | {n} | {k} ({k / max(n, 1):.0%}) | {spread} |")
     return "\n".join(lines)
 
 
