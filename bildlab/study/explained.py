@@ -118,6 +118,17 @@ def explained(
         ax=ax2,
         title="chosen policies: predicted speedup against c (their counts, other costs)",
     )
+    if not curves:  # say why the panel is empty
+        ax2.text(
+            0.5,
+            0.5,
+            "no chosen policy is priced:\nnone was timed where\na calibration was made",
+            ha="center",
+            va="center",
+            fontsize=8,
+            transform=ax2.transAxes,
+        )
+        ax2.set_xticks([]), ax2.set_yticks([])
     fig.tight_layout()
     plots.save(fig, "rq2_costs", figures)
     n, inside = len(records), sum(bool(costs.explained(r, tolerance)) for r in records)

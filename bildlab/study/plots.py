@@ -81,7 +81,8 @@ def _finish(ax, fig, title: str, legend: bool | str = True):
     ax.tick_params(labelsize=8)
     ax.xaxis.label.set_size(9)
     ax.yaxis.label.set_size(9)
-    if not ax.get_legend_handles_labels()[0]:  # nothing labelled (e.g. no priced record to mark)
+    labels = ax.get_legend_handles_labels()[1]
+    if not labels:  # nothing labelled (e.g. no priced record to mark)
         legend = False
     if legend == "below":  # under the tick labels and the axis label, whatever the axes' height
         from matplotlib.transforms import ScaledTranslation
@@ -93,7 +94,9 @@ def _finish(ax, fig, title: str, legend: bool | str = True):
             bbox_transform=ax.transAxes + ScaledTranslation(0, -0.5, fig.dpi_scale_trans),
             borderaxespad=0,
             frameon=False,
-            ncol=2,
+            # two columns of long labels are wider than the figure: the layout would narrow the
+            # axes to fit them
+            ncol=2 if max(map(len, labels)) <= 45 else 1,
         )
     elif legend:
         ax.legend(
