@@ -316,7 +316,7 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
             "output_units": 0.0,
             "prices": {
                 "seconds": 0.25,
-                "c": 0.3,
+                "c": plan.COST_RATIO["toy-mt"],
                 "gain": 18.0,
                 # the policies,
                 "source": None,
