@@ -137,13 +137,7 @@ def hf_greedy(model, input_ids, max_new_tokens, eos_token_id):
     """The reference: transformers' own greedy generate, new tokens only."""
     # None: the generation config's own
     kw = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
-    config = model.config
-    if config.is_encoder_decoder and getattr(config, "num_decoder_layers", 0) > getattr(
-        config, "num_layers", 0
-    ):
-        # transformers sizes the cache it builds by the encoder's depth (5.x), which fails on a
-        # decoder deeper than its encoder (zoo v3's T5): a cache of ours, as benchmark.hf_generate
-        kw[capabilities.forward(model).cache_kw] = capabilities.new_cache(model)
+    kw.update(capabilities.hf_cache(model))  # as benchmark.hf_generate
     out = model.generate(
         input_ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0, **kw
     )

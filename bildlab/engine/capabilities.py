@@ -73,6 +73,15 @@ def new_cache(model: PreTrainedModel, record: bool = True):
     return cache
 
 
+def hf_cache(model: PreTrainedModel) -> dict:
+    """The cache argument for transformers' own `generate` on `model`: for an encoder-decoder, a
+    cache of ours ({cache keyword: new_cache}), since the one generate builds from the config takes
+    the encoder's layer count (transformers 5.x) and fails on a deeper decoder; {} otherwise."""
+    if not model.config.is_encoder_decoder:
+        return {}
+    return {forward(model).cache_kw: new_cache(model)}
+
+
 def positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids from a [rows, n] attention mask, as transformers' generate: real tokens count
     from 0, pads 0."""

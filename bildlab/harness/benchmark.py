@@ -82,11 +82,7 @@ def hf_generate(
         )
     elif lookup:
         kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram)
-    if large.config.is_encoder_decoder:
-        # transformers sizes the cache it builds by the encoder's depth (5.x), which fails on a
-        # decoder deeper than its encoder: the cache bildlab's engine keeps, layers added as used
-        kwargs[capabilities.forward(large).cache_kw] = capabilities.new_cache(large)
-    out = large.generate(input_ids, **kwargs)
+    out = large.generate(input_ids, **kwargs, **capabilities.hf_cache(large))
     start = 1 if large.config.is_encoder_decoder else input_ids.shape[1]
     return out[0, start:].tolist()
 

@@ -154,10 +154,14 @@ def compact(headline: dict, passes: int) -> tuple[list[dict], list[str], list[st
                 }
             )
             speeds = value(x["speedups"][0], x["speedup_cis"][0], "x")  # pass 1; all in the table
-            # a lossless row whose name says so needs no note
-            note = "" if lossless and "lossless" in name else " (lossless)" if lossless else None
             said = "prompt lookup" if model == LOOKUP_ROW else name  # it has no small model
-            parts.append(f"{said} {speeds}" + (f" ({delta} {metric})" if note is None else note))
+            if not lossless:
+                note = f" ({delta} {metric})"
+            elif "lossless" in name:
+                note = ""  # its name says so
+            else:
+                note = " (lossless)"
+            parts.append(f"{said} {speeds}{note}")
             pins.append(
                 f"{pair} {name}: {policy} "
                 + " ".join(sm.fmt(v, ci, "x", 3) for v, ci in zip(x["speedups"], x["speedup_cis"]))

@@ -371,15 +371,10 @@ def greedy_batch(
             src = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
             mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
             skip = width
-        # an encoder-decoder's cache grows its layers as the decoder uses them (new_cache): the one
-        # generate builds from the config has the encoder's layer count (a deeper decoder fails)
-        cache = {}
-        if model.config.is_encoder_decoder:
-            cache = {capabilities.forward(model).cache_kw: capabilities.new_cache(model)}
         gen = model.generate(
             input_ids=src,
             attention_mask=mask,
-            **cache,
+            **capabilities.hf_cache(model),
             do_sample=False,
             max_new_tokens=max_new_tokens,
             pad_token_id=pad_id,
