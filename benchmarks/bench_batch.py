@@ -4,12 +4,13 @@
     python benchmarks/bench_batch.py                           # 64 toy-mt test examples, batch 1, 16, 64
     python benchmarks/bench_batch.py --n 128 --batch-sizes 1,16,64 --threads 1
     # the plan's batch gain:
-    python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128 --batch-sizes 64,256
+    python benchmarks/bench_batch.py --n 1000 --split validation --max-new-tokens 128 --batch-sizes 64 \
+        --setups vanilla
 
 Three setups from the shipped toy zoo (offline): the vanilla toy-mt T5 (greedy), toy-mt BiLD
 (fallback 0.5, rollback 3) and toy-mt-llama greedy speculative decoding (k 4), all on toy-mt
-examples (rows sorted by length: more examples, fuller batches). The study plan's BATCH_GAIN is the
-vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs per second of the engine and of
+examples (rows sorted by length: more examples, fuller batches); `--setups` picks some. The study
+plan's toy-mt BATCH_GAIN is the vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs per second of the engine and of
 generate_batch at each batch size and with each of its engines (`--engines`: auto is ragged draft
 and verify where the models allow it, lockstep runs both models at every position), their ratio to
 the engine and to generate_batch greedy at the same batch size, and how many outputs equal the
@@ -31,10 +32,15 @@ from bildlab.engine.timing import interleave
 from bildlab.measure.intervals import interval, ratio_of_sums
 from bildlab.world.tasks import load_task
 
+# --setups name: (label, pair, policy)
 SETUPS = {
-    "toy-mt vanilla (greedy)": ("toy-mt", dict(method="greedy")),
-    "toy-mt bild fb 0.5 rb 3": ("toy-mt", dict(method="bild", fallback=0.5, rollback=3.0)),
-    "toy-mt-llama speculative k 4": ("toy-mt-llama", dict(method="speculative", k=4)),
+    "vanilla": ("toy-mt vanilla (greedy)", "toy-mt", dict(method="greedy")),
+    "bild": ("toy-mt bild fb 0.5 rb 3", "toy-mt", dict(method="bild", fallback=0.5, rollback=3.0)),
+    "speculative": (
+        "toy-mt-llama speculative k 4",
+        "toy-mt-llama",
+        dict(method="speculative", k=4),
+    ),
 }
 
 
@@ -66,7 +72,16 @@ def main(argv=None):
     ap.add_argument(
         "--engines", default="auto,lockstep", help="generate_batch engines (default auto,lockstep)"
     )
+    ap.add_argument(
+        "--setups",
+        default=",".join(SETUPS),
+        help=f"comma-separated, of {', '.join(SETUPS)} (default all)",
+    )
     args = ap.parse_args(argv)
+    setups = args.setups.split(",")
+    unknown = [s for s in setups if s not in SETUPS]
+    if unknown:
+        ap.error(f"--setups must be of {', '.join(SETUPS)}; got {', '.join(unknown)}")
     engines = args.engines.split(",")
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     examples = load_task("toy-mt", args.split, limit=args.n)
@@ -78,7 +93,7 @@ def main(argv=None):
         f"{'setup':>30} | {'decoding':>18} | {'outputs/s':>9} | {'x engine [95%]':>22} | "
         f"{'x greedy [95%]':>22} | {'identical':>9}"
     )
-    for name, (pair_name, policy) in SETUPS.items():
+    for name, pair_name, policy in (SETUPS[s] for s in setups):
         pair = load_pair(pair_name, device=args.device)
         inputs = [pair.encode(ex["source"]) for ex in examples]
         kw = dict(max_new_tokens=args.max_new_tokens, **policy)

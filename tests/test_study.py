@@ -910,7 +910,7 @@ def test_the_paper_plan_fits_in_60_gpu_hours(monkeypatch):
             ), s
             if s["task"] in PAPER_TASKS:
                 mine["timing"] += s["decodes"] * spd[s["task"]] / 3600
-                mine["outputs"] += s["output_units"] / gain * spd[s["task"]] / 3600
+                mine["outputs"] += s["output_units"] / gain[s["task"]] * spd[s["task"]] / 3600
         for part in plan.PARTS:
             assert r["parts"]["gpu"][part] == pytest.approx(mine[part], abs=0.006), (
                 r["notebook"],

@@ -67,21 +67,33 @@ SECONDS_PER_DECODE = {
 # every position: BiLD's batches of 32 rows or more, `batch.BILD_LOCKSTEP_ROWS`). At 64 rows the
 # ragged engine measured (results/batch-sizes, zoo v3, 1 CPU thread) about 1.05 vanilla outputs for
 # speculative decoding (within 1 + c) and 1.5-1.7 for prompt lookup, which is priced 1 here: an
-# underestimate of prompt lookup's output hours. BATCH_GAIN: the vanilla toy-mt T5 at batch 64
-# against batch 1, 18.0x on 1,000 toy-mt validation examples, 128 new tokens, 1 CPU thread (measured
-# with a one-off script making the calls that `python benchmarks/bench_batch.py --n 1000 --split
-# validation --max-new-tokens 128 --batch-sizes 64` makes; BiLD fb 0.5 rb 3 there: 10.0x, consistent
-# with 1 + c). That command on another CPU gave 11.5x (docs/paper-profile.md: the plan stays within
-# 60 h down to 17.7x). Not measured on a GPU (none was lent); a GPU's batch-1 decode is bound by
-# kernel launches and weight reads, which batching shares, so its gain is assumed no smaller. c, the
-# small model's decoder step over the large one's (`make bench-paper`, benchmarks/paper_size.py, 1
-# CPU thread): T5-small / T5-large 0.175 (XSum, CNN/DM), mT5-small / mT5-large 0.34 (the
-# translations); toy pairs 0.12 (zoo v3, benchmarks/compile/cpu-intel-xeon.json: 0.117 toy-mt and
-# 0.087 toy-mt-llama eager; the toy-mt T5's batch gain is zoo v2's, not measured on zoo v3).
+# underestimate of prompt lookup's output hours. BATCH_GAIN, a vanilla output at batch 64 against
+# one at batch 1, per task:
+# - toy-mt 9.4: the vanilla toy-mt T5 of zoo v3, 9.36x [8.96, 9.79] on 1,000 toy-mt validation
+#   examples, 128 new tokens, 1 CPU thread (`python benchmarks/bench_batch.py --n 1000 --split
+#   validation --max-new-tokens 128 --batch-sizes 64 --setups vanilla`, a 2-core Intel Xeon VM,
+#   2026-12-07; its calibrations there, 64 inputs: 9.6x and 10.4x);
+# - toy-sum 5.5: the calibration of toy-sum on that VM (`bildlab calibrate --pair toy-sum`,
+#   2026-12-07: 5.5x [4.7, 6.6] on 64 inputs; longer sources and outputs, a smaller gain);
+# - the paper tasks 18.0, assumed, not measured on a GPU (none was lent): a GPU's batch-1 decode is
+#   bound by kernel launches and weight reads, which batching shares, so its gain is taken as no
+#   smaller than that of zoo v2's toy-mt T5 on one CPU thread (18.0x by the command above, 2-core
+#   x86-64 VM, 2026-12-02; another such VM gave 11.5x; docs/paper-profile.md: the plan stays within
+#   60 h down to 17.6x). c, the small model's decoder step over the large one's (`make bench-paper`,
+#   benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large 0.175 (XSum, CNN/DM), mT5-small /
+#   mT5-large 0.34 (the translations); toy pairs 0.12 (zoo v3, benchmarks/compile/cpu-intel-xeon.json:
+#   0.119 toy-mt and 0.093 toy-mt-llama eager).
 # An output the same notebook already computed (the vanilla model's in every sweep of a split, a
 # policy's in a second timing pass) is not computed again (`shard.outputs` keeps them in memory),
 # and not counted again here.
-BATCH_GAIN = 18.0
+BATCH_GAIN = {
+    "cnn_dailymail": 18.0,
+    "xsum": 18.0,
+    "iwslt2017-de-en": 18.0,
+    "wmt14-de-en": 18.0,
+    "toy-mt": 9.4,
+    "toy-sum": 5.5,
+}
 COST_RATIO = {
     "cnn_dailymail": 0.175,
     "xsum": 0.175,
@@ -280,7 +292,7 @@ def _prices(pair: str, found: ev.Lookup) -> dict:
         return {
             "seconds": SECONDS_PER_DECODE[found.task],
             "c": COST_RATIO[found.task],
-            "gain": BATCH_GAIN,
+            "gain": BATCH_GAIN[found.task],
             "source": None,
         }
     g, v = cal["costs"]["batch_gain"], cal["costs"]["vanilla_decode"]
