@@ -176,15 +176,11 @@ def _registry(args) -> int:
             if out["differ"]:
                 return 1
         if args.retime:
-            from .harness.retime import retime
+            from .harness.retime import pick, retime
 
-            pairs, splits = set(args.pair or ()), set(args.split or ())
             out = retime(
                 Registry(root),
-                only=lambda r: (
-                    (not pairs or r["key"]["pair"] in pairs)
-                    and (not splits or r["key"]["split"] in splits)
-                ),
+                only=pick(args.pair or (), args.split or (), args.machine or ()),
                 progress=not args.quiet,
             )
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
@@ -539,6 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     registry.add_argument(
         "--split", action="append", help="--retime: only this split's records (repeatable)"
+    )
+    registry.add_argument(
+        "--machine",
+        action="append",
+        help="--retime: only records timed on a machine whose processor or device name contains this "
+        "(repeatable; e.g. 'AMD EPYC')",
     )
     registry.add_argument(
         "--quiet", action="store_true", help="no progress bar (--recount, --retime)"

@@ -7,7 +7,7 @@ import json
 from bildlab.harness import calibrate, shard
 from bildlab.harness import evaluate as ev
 from bildlab.harness.registry import Registry
-from bildlab.harness.retime import retime
+from bildlab.harness.retime import pick, retime
 
 FAST = dict(split="test", limit=6, max_new_tokens=12, warmup=0, progress=False)
 SMALL = dict(
@@ -85,3 +85,30 @@ def _spec_of(records):
     from bildlab.harness.retime import _spec
 
     return _spec(records)[0]
+
+
+def test_pick_chooses_records_by_pair_split_and_machine():
+    def record(pair, split, *processors):
+        machines = [{"processor": p, "device_name": "cpu"} for p in processors]
+        return {"key": {"pair": pair, "split": split}, "machines": machines}
+
+    amd, intel = "AMD EPYC 7B13", "Intel(R) Xeon(R) Processor"
+    records = [
+        record("toy-mt", "test", amd),
+        record("toy-mt", "validation", intel),
+        record("toy-sum", "test", intel, amd),
+        record("toy-sum", "validation", intel),
+    ]
+    chosen = [
+        [i for i, r in enumerate(records) if pick(*args)(r)]
+        for args in [
+            (),
+            (["toy-mt"],),
+            ((), ["validation"]),
+            ((), (), ["AMD EPYC"]),
+            (["toy-sum"], ["test"], ["Xeon"]),
+            ((), (), ["amd epyc"]),  # case-sensitive
+            ((), (), ["cpu"]),  # the device name
+        ]
+    ]
+    assert chosen == [[0, 1, 2, 3], [0, 1], [1, 3], [0, 2], [2], [], [0, 1, 2, 3]]

@@ -7,6 +7,7 @@ two virtual machines that report the same CPU model can differ in what a call co
 same machine:
 
     retime(Registry("results/toy"))            # also `bildlab registry --retime [--pair toy-mt]`
+    retime(Registry("results/toy"), only=pick(machines=["AMD EPYC"]))   # [--machine "AMD EPYC"]
 
 For each pair it calibrates this machine (`calibrate.calibrate`, written to the registry's
 `.calibrations/`; again before a sweep that starts more than `FRESH` seconds after it: a shared
@@ -50,6 +51,24 @@ def _sweeps(registry: Registry, only) -> tuple[dict[str, list[dict]], int]:
         else:
             sweeps[record["protocol"]["sweep"]].append(record)
     return sweeps, skipped
+
+
+def pick(pairs=(), splits=(), machines=()):
+    """`retime`'s `only`: records of these pairs and splits, timed on a machine whose processor or
+    device name contains one of `machines` (case-sensitive); an empty choice admits all."""
+
+    def only(record: dict) -> bool:
+        key, names = (
+            record["key"],
+            [f"{m.get('processor', '')} {m.get('device_name', '')}" for m in record["machines"]],
+        )
+        return (
+            (not pairs or key["pair"] in pairs)
+            and (not splits or key["split"] in splits)
+            and (not machines or any(m in n for m in machines for n in names))
+        )
+
+    return only
 
 
 def _spec(records: list[dict]) -> tuple[dict, list[int]]:
