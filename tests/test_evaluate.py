@@ -317,7 +317,7 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
             "prices": {
                 "seconds": 0.25,
                 "c": plan.COST_RATIO["toy-mt"],
-                "gain": 18.0,
+                "gain": plan.BATCH_GAIN["toy-mt"],
                 # the policies,
                 "source": None,
             },
