@@ -10,16 +10,16 @@
 Three setups from the shipped toy zoo (offline): the vanilla toy-mt T5 (greedy), toy-mt BiLD
 (fallback 0.5, rollback 3) and toy-mt-llama greedy speculative decoding (k 4), all on toy-mt
 examples (rows sorted by length: more examples, fuller batches); `--setups` picks some. The study
-plan's toy-mt BATCH_GAIN is the vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs per second of the engine and of
-generate_batch at each batch size and with each of its engines (`--engines`: auto is ragged draft
-and verify where the models allow it, lockstep runs both models at every position), their ratio to
-the engine and to generate_batch greedy at the same batch size, and how many outputs equal the
-engine's; timed under the one protocol (`timing.interleave`): at each batch size the examples are cut into
-full batches, and every batch is decoded by the engine (its rows one after another), by batched
-greedy and by each engine of generate_batch, back to back in a rotating order, after untimed
-warm-up batches. Each ratio is a ratio of summed seconds with its 95% paired bootstrap interval
-over the batches (N = examples // batch size: a single batch has no interval). Exits non-zero if
-any output differs from the engine's."""
+plan's toy-mt BATCH_GAIN is the vanilla row at batch 64 (`bildlab/study/plan.py`). Prints outputs
+per second of the engine and of generate_batch at each batch size and with each of its engines
+(`--engines`: auto is ragged draft and verify where the models allow it, lockstep runs both models
+at every position), their ratio to the engine and to generate_batch greedy at the same batch size,
+and how many outputs equal the engine's; timed under the one protocol (`timing.interleave`): at each
+batch size the examples are cut into full batches, and every batch is decoded by the engine (its
+rows one after another), by batched greedy and by each engine of generate_batch, back to back in a
+rotating order, after untimed warm-up batches. Each ratio is a ratio of summed seconds with its 95%
+paired bootstrap interval over the batches (N = examples // batch size: a single batch has no
+interval). Exits non-zero if any output differs from the engine's."""
 
 import argparse
 import sys
