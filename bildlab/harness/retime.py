@@ -58,10 +58,8 @@ def pick(pairs=(), splits=(), machines=()):
     device name contains one of `machines` (case-sensitive); an empty choice admits all."""
 
     def only(record: dict) -> bool:
-        key, names = (
-            record["key"],
-            [f"{m.get('processor', '')} {m.get('device_name', '')}" for m in record["machines"]],
-        )
+        key = record["key"]
+        names = [f"{m.get('processor', '')} {m.get('device_name', '')}" for m in record["machines"]]
         return (
             (not pairs or key["pair"] in pairs)
             and (not splits or key["split"] in splits)
