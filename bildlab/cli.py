@@ -180,7 +180,9 @@ def _registry(args) -> int:
 
             out = retime(
                 Registry(root),
-                only=pick(args.pair or (), args.split or (), args.machine or ()),
+                only=pick(
+                    args.pair or (), args.split or (), args.machine or (), args.retimed_before
+                ),
                 progress=not args.quiet,
             )
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
@@ -541,6 +543,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="--retime: only records timed on a machine whose processor or device name contains this "
         "(repeatable; e.g. 'AMD EPYC')",
+    )
+    registry.add_argument(
+        "--retimed-before",
+        metavar="TIME",
+        help="--retime: only records retimed before TIME (UTC, e.g. 2026-12-07T06:00:00Z), timed once "
+        "more though retimed already (a rerun resumes: what it retimed is later than TIME)",
     )
     registry.add_argument(
         "--quiet", action="store_true", help="no progress bar (--recount, --retime)"

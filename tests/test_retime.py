@@ -3,6 +3,10 @@ of the same run; the outputs, scores and mechanism unchanged, other outputs refu
 retime resumed."""
 
 import json
+import time
+from datetime import datetime, timezone
+
+import pytest
 
 from bildlab.harness import calibrate, shard
 from bildlab.harness import evaluate as ev
@@ -49,6 +53,16 @@ def test_retime_keeps_outputs_and_mechanism_and_prices_with_its_own_calibration(
         assert json.loads(reg.path(before["key"]).read_text())["examples"]["sweep_columns"]
     # resumed: nothing left
     assert retime(reg, progress=False, calibration={"toy-mt": cal})["skipped"] == 3
+    # timed once more when retimed before a given time (a second after the first retime); that run
+    # resumes as well: what it retimed is not before the time
+    time.sleep(1.1)
+    later = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    only = pick(retimed_before=later)
+    again = retime(reg, only=only, progress=False, calibration={"toy-mt": cal})
+    assert again["retimed"] == 3 and again["skipped"] == 0
+    assert all(reg.get(r["key"])["retimed"]["made"] >= later for r in made)
+    rerun = retime(reg, only=only, progress=False, calibration={"toy-mt": cal})
+    assert rerun["retimed"] == 0 and rerun["skipped"] == 3
 
 
 def test_retime_refuses_other_outputs_and_resumes_from_its_checkpoint(fake_zoo, tmp_path):
@@ -112,3 +126,10 @@ def test_pick_chooses_records_by_pair_split_and_machine():
         ]
     ]
     assert chosen == [[0, 1, 2, 3], [0, 1], [1, 3], [0, 2], [2], [], [0, 1, 2, 3]]
+    records[0]["retimed"] = {"made": "2026-12-07T05:00:00Z"}
+    records[1]["retimed"] = {"made": "2026-12-07T07:00:00Z"}
+    early = pick(retimed_before="2026-12-07T06:00:00Z")
+    # never retimed: not chosen
+    assert [i for i, r in enumerate(records) if early(r)] == [0]
+    with pytest.raises(ValueError, match="retimed_before must be a UTC time like"):
+        pick(retimed_before="yesterday")
