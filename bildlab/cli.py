@@ -180,9 +180,8 @@ def _registry(args) -> int:
 
             out = retime(
                 Registry(root),
-                only=pick(
-                    args.pair or (), args.split or (), args.machine or (), args.retimed_before
-                ),
+                only=pick(args.pair or (), args.split or (), args.machine or ()),
+                retimed_before=args.retimed_before,
                 progress=not args.quiet,
             )
             made = ", ".join(f"{p} {c['made']}" for p, c in out["calibrations"].items()) or "none"
@@ -547,8 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     registry.add_argument(
         "--retimed-before",
         metavar="TIME",
-        help="--retime: only records retimed before TIME (UTC, e.g. 2026-12-07T06:00:00Z), timed once "
-        "more though retimed already (a rerun resumes: what it retimed is later than TIME)",
+        help="--retime: also the records retimed already, before TIME (UTC, e.g. "
+        "2026-12-07T06:00:00Z); a rerun resumes, since what it retimes is later than TIME",
     )
     registry.add_argument(
         "--quiet", action="store_true", help="no progress bar (--recount, --retime)"

@@ -8,7 +8,7 @@ same machine:
 
     retime(Registry("results/toy"))            # also `bildlab registry --retime [--pair toy-mt]`
     retime(Registry("results/toy"), only=pick(machines=["AMD EPYC"]))   # [--machine "AMD EPYC"]
-    retime(reg, only=pick(retimed_before="2026-12-07T06:00:00Z"))   # [--retimed-before TIME]
+    retime(reg, retimed_before="2026-12-07T06:00:00Z")   # [--retimed-before TIME]
 
 For each pair it calibrates this machine (`calibrate.calibrate`, written to the registry's
 `.calibrations/`; again before a sweep that starts more than `FRESH` seconds after it: a shared
@@ -21,10 +21,9 @@ the scores and the mechanism do not. A sweep timed with compiled steps (`compile
 again compiled, its steps compiled before its first timed decode (`protocol.compile_seconds`); it is
 not priced (the calibration measures eager calls). Each sweep is checkpointed as it goes (in this
 run's calibration's name) and its records are written whole, so an interrupted retime resumes: a
-record already retimed with a calibration of its own run (`calibration.same_run`) is skipped, unless
-`only` names a time (`pick(retimed_before=...)`): then the records retimed before it are timed once
-more (a retime made on a busy machine, made again on a quiet one), and those retimed since are
-skipped, so that run resumes too."""
+record already retimed with a calibration of its own run (`calibration.same_run`) is skipped.
+`retimed_before` times once more the records retimed before that time (a retime made on a busy
+machine, made again on a quiet one); those retimed since are skipped, so that run resumes too."""
 
 from __future__ import annotations
 
@@ -44,44 +43,34 @@ from .registry import Registry, digest, versions
 FRESH = 600
 
 
-def _sweeps(registry: Registry, only) -> tuple[dict[str, list[dict]], int]:
+def _sweeps(registry: Registry, only, retimed_before) -> tuple[dict[str, list[dict]], int]:
     """The records to retime grouped by sweep ({sweep: records}), and how many were skipped: retimed
-    already with their own run's calibration, or not chosen by `only`."""
+    already with their own run's calibration (and not before `retimed_before`), or not chosen by
+    `only`."""
     sweeps, skipped = defaultdict(list), 0
-    again = getattr(only, "retimed_before", None) is not None
     for record in registry.records():
-        cal = record.get("calibration") or {}
-        if (cal.get("same_run") and not again) or (only is not None and not only(record)):
+        cal, made = record.get("calibration") or {}, (record.get("retimed") or {}).get("made")
+        done = cal.get("same_run") and (retimed_before is None or (made or "") >= retimed_before)
+        if done or (only is not None and not only(record)):
             skipped += 1
         else:
             sweeps[record["protocol"]["sweep"]].append(record)
     return sweeps, skipped
 
 
-def pick(pairs=(), splits=(), machines=(), retimed_before: str | None = None):
+def pick(pairs=(), splits=(), machines=()):
     """`retime`'s `only`: records of these pairs and splits, timed on a machine whose processor or
-    device name contains one of `machines` (case-sensitive), and, given `retimed_before` (UTC,
-    "2026-12-07T06:00:00Z"), retimed before that time; an empty choice admits all."""
-    if retimed_before is not None:
-        try:
-            datetime.strptime(retimed_before, "%Y-%m-%dT%H:%M:%SZ")
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"retimed_before must be a UTC time like 2026-12-07T06:00:00Z, got {retimed_before!r}"
-            ) from None
+    device name contains one of `machines` (case-sensitive); an empty choice admits all."""
 
     def only(record: dict) -> bool:
         key = record["key"]
         names = [f"{m.get('processor', '')} {m.get('device_name', '')}" for m in record["machines"]]
-        made = (record.get("retimed") or {}).get("made")
         return (
             (not pairs or key["pair"] in pairs)
             and (not splits or key["split"] in splits)
             and (not machines or any(m in n for m in machines for n in names))
-            and (retimed_before is None or (made is not None and made < retimed_before))
         )
 
-    only.retimed_before = retimed_before
     return only
 
 
@@ -170,13 +159,28 @@ def _update(
     return True
 
 
-def retime(registry, *, only=None, progress: bool = True, calibration: dict | None = None) -> dict:
-    """Retime the records of `registry` (module docstring); `only(record) -> bool` picks records.
+def retime(
+    registry,
+    *,
+    only=None,
+    retimed_before: str | None = None,
+    progress: bool = True,
+    calibration: dict | None = None,
+) -> dict:
+    """Retime the records of `registry` (module docstring); `only(record) -> bool` picks records, and
+    `retimed_before` (UTC, "2026-12-07T06:00:00Z") times again those retimed before it.
     `calibration` ({pair: calibration record} made in this run) skips the calibration of those pairs
     (tests). Returns {"retimed": n, "differ": [labels], "skipped": n, "calibrations": {pair: digest
     and date}}."""
+    if retimed_before is not None:
+        try:
+            datetime.strptime(retimed_before, "%Y-%m-%dT%H:%M:%SZ")
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"retimed_before must be a UTC time like 2026-12-07T06:00:00Z, got {retimed_before!r}"
+            ) from None
     reg = registry if isinstance(registry, Registry) else Registry(registry)
-    sweeps, skipped = _sweeps(reg, only)
+    sweeps, skipped = _sweeps(reg, only, retimed_before)
     out = {"retimed": 0, "differ": [], "skipped": skipped, "calibrations": {}}
     cals = dict(calibration or {})
     given, made_at = set(cals), {}
