@@ -79,7 +79,7 @@ def _zoo(args) -> int:
         seed=args.seed,
         jobs=args.jobs,
         stages=args.stage,
-        v2_from=args.v2_from,
+        reuse=args.reuse,
     )
     return 0
 
@@ -372,10 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     zoo = sub.add_parser(
         "zoo",
         help="(re)build the toy model zoo and its card (resumes an interrupted build)",
-        description="Build the toy zoo v3: the large models are trained at the v2 geometry (T5 "
-        "10 + 10 layers, Llama 10), then grown to T5 10 + 24 and Llama 32 layers and trained "
-        "again; the small models and the tokenizer as before. Resumable: stages and checkpoints "
-        "are kept in $BILDLAB_CACHE/zoo-work/<profile>-<recipe digest>/.",
+        description="Build the toy zoo v4: each large model is trained in stages, each grown from "
+        "the one before and trained again (T5 10 + 10, 10 + 24, 10 + 32 layers; Llama 10, 32); "
+        "the small models and the tokenizer as before. Resumable: stages and checkpoints are kept "
+        "in $BILDLAB_CACHE/zoo-work/<profile>-<recipe digest>/.",
     )
     zoo.add_argument(
         "--out",
@@ -388,16 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         default="full",
         choices=("full", "smoke"),
         help="full: the shipped zoo (an estimated 2-3 hours on 2 cores with --jobs 2 and "
-        "--v2-from, 3-4 hours without; see docs/toy-world.md); smoke: a 2-minute miniature, "
+        "--reuse, 4-5 hours without; see docs/toy-world.md); smoke: a 2-minute miniature, "
         "needs --out",
     )
     zoo.add_argument(
-        "--v2-from",
+        "--reuse",
         default=None,
         metavar="DIR",
-        help="a zoo v2 folder built by this recipe (e.g. bildlab/toy/_zoo before v3 replaces it): "
-        "its t5-large and llama-large are copied as the v2 stages instead of trained (refused "
-        "unless their config, tokenizer, profile and seed match)",
+        help="an earlier zoo folder built by this recipe (e.g. bildlab/toy/_zoo before a rebuild): "
+        "the models it holds of this build's stages are copied instead of trained (refused "
+        "unless their geometry, tokenizer, profile and seeds match)",
     )
     zoo.add_argument("--seed", type=int, default=0)
     zoo.add_argument(

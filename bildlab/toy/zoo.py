@@ -3,14 +3,16 @@ prediction-aligned small) and a decoder-only Llama pair, trained from scratch on
 and measured for the card.
 
     bildlab zoo --jobs 2                        # rebuild bildlab/toy/_zoo, resumable
-    bildlab zoo --jobs 2 --v2-from DIR          # the same, the v2 stages copied from zoo v2 in DIR
+    bildlab zoo --jobs 2 --reuse DIR            # the same, the models DIR holds by this recipe copied
     bildlab zoo --profile smoke --out DIR       # a minutes-long miniature (checks the pipeline)
 
-The large models are trained in two stages: the v2 geometry (10 + 10 layers T5, 10 layers Llama),
-kept in the build's work folder, then grown (train.grow) to the v3 geometry and trained again on the
-same data. Every stage writes its output atomically (a temporary folder renamed into place) and is
-skipped when its output is already there, so an interrupted build resumes; training itself also
-checkpoints every few hundred steps. Without --out, the build writes into its work folder and
+The large models are trained in stages, each grown (train.grow) from the one before and trained again
+on the same data: T5 10 + 10 layers (v2), 10 + 24 (v3), 10 + 32 (v4, shipped); Llama 10 layers (v2),
+32 (v3 and v4). The intermediate stages are kept in the build's work folder. Every stage writes its
+output atomically (a temporary folder renamed into place) and is skipped when its output is already
+there, so an interrupted build resumes; training itself also checkpoints every few hundred steps.
+`--reuse DIR` copies each stage whose model an earlier zoo in DIR holds, built by this recipe,
+instead of training it. Without --out, the build writes into its work folder and
 replaces the shipped zoo only when every model and the card are done."""
 
 from __future__ import annotations
@@ -48,13 +50,15 @@ PREFIX = {task: prefix for _, _, _, prefix, task in TOY_PAIRS.values()}  # "<mt>
 MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 
 # Per-token latency at batch 1 on a CPU is dominated by per-layer overhead, so depth sets the large
-# / small cost ratio c (small / large per token; the paper's T5 pair: about 0.09). The v3 large
-# models (T5 10 + 24 layers, Llama 32 layers, width 128) measured c = 0.110 and 0.059 eager on one
-# CPU thread with random weights (benchmarks/zoo-geometry/); the v2 geometry ("-v2", 10 + 10 and 10
-# layers, c 0.2-0.33) is the stage they are grown from (train.grow: same width, the encoder kept).
+# / small cost ratio c (small / large per token; the paper's T5 pair: about 0.09). Random weights,
+# one CPU thread (benchmarks/zoo-geometry/): the v3 T5 (10 + 24 layers) measured c 0.110 eager and
+# 0.092 compiled on an AMD EPYC VM, but 0.115 and 0.169 on an Intel Xeon VM, where compiled calls
+# cost the small model more; 10 + 32 layers gave 0.088 and 0.124 there (the trained v3 pair's
+# compiled c is 0.86 of the probe's). The Llama (32 layers) measured 0.059-0.071 eager. Each large
+# model is grown from the stage before it (train.grow: same width, the encoder kept).
 ARCHS = {
     "t5-large": dict(
-        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=24
+        arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=32
     ),
     "t5-small": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=2, num_decoder_layers=1
@@ -76,9 +80,34 @@ ARCHS = {
         num_key_value_heads=4,
     ),
 }
-# the v2 geometry: the same models, shallower (the stages the v3 large models are grown from)
+# the earlier stages: the same models, shallower (zoo v2's and zoo v3's large models)
 ARCHS["t5-large-v2"] = {**ARCHS["t5-large"], "num_decoder_layers": 10}
+ARCHS["t5-large-v3"] = {**ARCHS["t5-large"], "num_decoder_layers": 24}
 ARCHS["llama-large-v2"] = {**ARCHS["llama-large"], "num_hidden_layers": 10}
+# each stage's torch seed is the build's seed plus this offset (part of the recipe)
+SEEDS = {
+    "t5-large-v2": 1,
+    "t5-seed": 2,
+    "t5-small-aligned": 3,
+    "llama-large-v2": 4,
+    "llama-small": 5,
+    "t5-small": 6,
+    "t5-large-v3": 7,
+    "llama-large": 8,
+    "t5-large": 9,
+}
+# the stages `reuse` may copy, and the folder an earlier zoo ships each in (zoo v2 shipped its
+# 10 + 10 T5 as t5-large, zoo v3 its 10 + 24); t5-seed is never shipped, and t5-small-aligned is
+# trained on the large model's outputs
+REUSABLE = {
+    "t5-large-v2": "t5-large",
+    "t5-large-v3": "t5-large",
+    "t5-large": "t5-large",
+    "t5-small": "t5-small",
+    "llama-small": "llama-small",
+    "llama-large-v2": "llama-large",
+    "llama-large": "llama-large",
+}
 
 # how much data each stage sees; "smoke" checks the pipeline in minutes, "full" builds the shipped
 # zoo
@@ -219,48 +248,54 @@ def work_dir(profile_name: str, seed: int) -> Path:
     )
 
 
-def copy_v2(
+def holds(src: Path, name: str) -> bool:
+    """Whether the zoo folder `src` holds a model of stage `name`'s geometry (in the folder
+    REUSABLE names)."""
+    if name not in REUSABLE:
+        return False
+    config = _load_json(Path(src) / REUSABLE[name] / "config.json")
+    want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
+    return config is not None and all(config.get(k) == v for k, v in want.items())
+
+
+def copy_stage(
     src: Path, name: str, dest: Path, tokenizer: Path, profile_name: str, seed: int
 ) -> dict:
-    """Copy zoo v2's `name` (t5-large or llama-large) from the zoo folder `src` into `dest`, the
-    output of this build's stage V2[name]. Only a model that stage would write bit for bit is
-    copied: its configuration has the v2 geometry, `src`'s tokenizer equals this build's
-    (`tokenizer`), and `src`'s train-log says it was built by this recipe's profile and seed (the
-    shipped zoo v2 was: `bildlab zoo --profile full --seed 0 --jobs 2`). Anything else is a
-    ValueError. Returns the stage's log entry (v2's entry, and where it was copied from)."""
+    """Copy the model of stage `name` from the earlier zoo folder `src` into `dest`, the stage's
+    output. Only a model the stage would write bit for bit is copied: it has the stage's geometry,
+    `src`'s tokenizer equals this build's (`tokenizer`), and `src`'s train-log says it was built
+    by this recipe's profile, seed and stage seed (SEEDS). Anything else is a ValueError. Returns
+    the stage's log entry (the earlier build's, and where it was copied from)."""
     src = Path(src)
-    if name not in V2:
-        raise ValueError(f"name must be one of {', '.join(V2)}; got {name!r}")
-    config = _load_json(src / name / "config.json")
-    if config is None or not (src / name / "model.safetensors").is_file():
-        raise ValueError(f"v2_from: no model {name} in {src}")
-    want = {k: v for k, v in ARCHS[V2[name]].items() if k != "arch"}
-    wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
-    if wrong:
-        raise ValueError(
-            f"v2_from: {src / name} is not zoo v2's {name}: {wrong}, the stage {V2[name]} "
-            f"builds {want}"
-        )
+    if name not in REUSABLE:
+        raise ValueError(f"name must be one of {', '.join(REUSABLE)}; got {name!r}")
+    folder = src / REUSABLE[name]
+    if not holds(src, name) or not (folder / "model.safetensors").is_file():
+        config = _load_json(folder / "config.json") or {}
+        want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
+        wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+        raise ValueError(f"reuse: {folder} is not a model of stage {name} ({want}): {wrong}")
     if not (src / "tokenizer" / "tokenizer.json").is_file() or (
         (src / "tokenizer" / "tokenizer.json").read_bytes()
         != (Path(tokenizer) / "tokenizer.json").read_bytes()
     ):
-        raise ValueError(f"v2_from: the tokenizer in {src} differs from this build's ({tokenizer})")
-    entry = (_load_json(src / "train-log.json") or {}).get(name, {})
+        raise ValueError(f"reuse: the tokenizer in {src} differs from this build's ({tokenizer})")
+    entry = (_load_json(src / "train-log.json") or {}).get(REUSABLE[name], {})
     recipe = f"--profile {profile_name} --seed {seed}"
-    if recipe not in entry.get("command", ""):
+    if recipe not in entry.get("command", "") or entry.get("seed") != seed + SEEDS[name]:
         raise ValueError(
-            f"v2_from: {src}/train-log.json does not record {name} as built by `bildlab zoo "
-            f"{recipe}` (it records {entry.get('command')!r})"
+            f"reuse: {src}/train-log.json does not record {REUSABLE[name]} as stage {name} of "
+            f"`bildlab zoo {recipe}` (seed {seed + SEEDS[name]}); it records "
+            f"{entry.get('command')!r}, seed {entry.get('seed')!r}"
         )
     with _staged(dest) as tmp:
-        for f in (src / name).iterdir():
+        for f in folder.iterdir():
             shutil.copyfile(f, tmp / f.name)
     return {
         **{k: v for k, v in entry.items() if k not in ("seconds", "command")},
-        "copied_from": str(src / name),
+        "copied_from": str(folder),
         "copied": f"the output of this stage by the same recipe ({entry['command']}, "
-        f"{entry.get('seconds')} s): config, tokenizer, profile and seed checked",
+        f"{entry.get('seconds')} s): geometry, tokenizer, profile and seeds checked",
     }
 
 
@@ -281,8 +316,8 @@ def _replace_folder(dest: Path, src: Path) -> None:
 # trains the large
 TRAIN_THREADS = 1  # torch threads of every stage: part of the recipe (the bits depend on it)
 SIDE_STAGES = ("llama-small", "llama-large-v2", "llama-large", "t5-small")
-# the v3 large models and the v2 stage each is grown from
-V2 = {"t5-large": "t5-large-v2", "llama-large": "llama-large-v2"}
+# the stages whose models the zoo ships (the others stay in the build's work folder)
+SHIPPED = ("t5-large", "t5-small", "t5-small-aligned", "llama-large", "llama-small")
 
 
 def build(
@@ -292,15 +327,16 @@ def build(
     progress: bool = True,
     jobs: int = 1,
     stages: list[str] | None = None,
-    v2_from: Path | None = None,
+    reuse: Path | None = None,
 ) -> dict | None:
     """Build (or resume building) the zoo in `out` and write its card. Returns the card.
 
     Without `out`, the full profile builds into its work folder and replaces the shipped zoo
     (zoo_dir) only when every stage and the card are done: the shipped folder never holds a mix of
-    two builds. `v2_from`, a zoo v2 folder built by this recipe (the same profile and seed), gives
-    the v2 stages (t5-large-v2, llama-large-v2) by copying its t5-large and llama-large (copy_v2
-    checks that they are: a mismatch is a ValueError) instead of training them.
+    two builds. `reuse`, an earlier zoo folder built by this recipe (the same profile and seed),
+    gives every stage whose model it holds (`holds`: the stage's geometry) by copying it
+    (`copy_stage` checks the recipe: a mismatch is a ValueError) instead of training it; a chain
+    of large-model stages starts from its last stage done or held.
 
     Every stage computes on TRAIN_THREADS torch threads, whatever `jobs` and the machine: float sums
     depend on the thread count (a model trained on two threads differs in its bits from one trained
@@ -323,22 +359,43 @@ def build(
     final = None if out is not None else zoo_dir()
     out = Path(out) if out is not None else work / "zoo"
     out.mkdir(parents=True, exist_ok=True)
-    v2_from = Path(v2_from) if v2_from is not None else None
+    reuse = Path(reuse) if reuse is not None else None
+    if reuse is not None and not any(holds(reuse, name) for name in REUSABLE):
+        raise ValueError(f"reuse: {reuse} holds no model of any stage ({', '.join(REUSABLE)})")
     torch.set_num_threads(TRAIN_THREADS)
     command = f"bildlab zoo --profile {profile_name} --seed {seed}" + (
         f" --jobs {jobs}" if jobs > 1 else ""
     )
     t_start = time.time()
 
-    def stage(name: str, fn, dest: Path | None = None):
-        if (dest or out / name).exists() or (stages is not None and name not in stages):
+    def where(name: str) -> Path:
+        """A stage's output: the shipped models in `out`, the intermediate ones in the work
+        folder."""
+        return (out if name in SHIPPED else work) / name
+
+    def stage(name: str, fn):
+        dest = where(name)
+        if dest.exists() or (stages is not None and name not in stages):
             return
+        if reuse is not None and holds(reuse, name):
+            tokenizer = out / "tokenizer"
+            fn = lambda: copy_stage(reuse, name, dest, tokenizer, profile_name, seed)  # noqa: E731
         t0 = time.time()
         info = fn()
         info["seconds"] = round(time.time() - t0, 1)
         info["command"] = command
         _log_stage(out / "train-log.json", work / "train-log.lock", name, info)
         print(f"[zoo] {name}: {info['seconds']} s", file=sys.stderr)
+
+    def chain(*links):
+        """Stages (name, fn), each grown from the one before: run from the last one done or held
+        by `reuse` on."""
+        done = [
+            where(name).exists() or (reuse is not None and holds(reuse, name)) for name, _ in links
+        ]
+        first = max((i for i, d in enumerate(done) if d), default=0)
+        for name, fn in links[first:]:
+            stage(name, fn)
 
     from ..world.models import load_tokenizer
 
@@ -350,7 +407,7 @@ def build(
     sum_data = _seq2seq_data(tokenizer, "toy-sum", profile["sum"])
     data = mt_data + sum_data
 
-    def fit(name, model, pairs, lr, stage_seed, dest=None, **kw):
+    def fit(name, model, pairs, lr, stage_seed, **kw):
         torch.manual_seed(stage_seed)
         fn = train.train_causal_lm if name.startswith("llama") else train.train_seq2seq
         losses = fn(
@@ -365,7 +422,7 @@ def build(
             progress=progress,
             **kw,
         )
-        _save(model, dest or out / name)
+        _save(model, where(name))
         return {
             "steps": len(losses),
             "examples": len(pairs),
@@ -376,7 +433,7 @@ def build(
             **{k: v for k, v in kw.items() if k != "plan"},
         }
 
-    def from_scratch(name: str, stage_seed: int, dest: Path):
+    def from_scratch(name: str):
         # A small T5 from scratch, on the references only. Short translation pairs first
         # (alignment), then translation-only epochs (trained on both tasks from the start, the
         # models learned summaries and a language model that ignores the source; after one such
@@ -384,6 +441,7 @@ def build(
         # copying names and numbers from the document is learned only after thousands of summary
         # steps, and 5x cheaper in this shallow model than in the large one, which inherits it
         # (train.grow)
+        stage_seed = seed + SEEDS[name]
         torch.manual_seed(stage_seed)
         pairs = mt_data + _seq2seq_data(tokenizer, "toy-sum", profile["seed_sum"])
         plan = train.short_first_plan(
@@ -403,7 +461,6 @@ def build(
             profile["lr_small"],
             stage_seed,
             plan=plan,
-            dest=dest,
         )
         info["init"] = f"random (torch seed {stage_seed})"
         info["schedule"] = (
@@ -413,8 +470,8 @@ def build(
         )
         return info
 
-    def grown(name: str, init: Path, stage_seed: int, dest: Path | None = None):
-        """Stage `name`: the model in `init` grown to ARCHS[name] (train.grow), then trained as
+    def grown(name: str, init: str):
+        """Stage `name`: stage `init`'s model grown to ARCHS[name] (train.grow), then trained as
         the large models train (T5: both tasks with the early exit; Llama: its toy-mt data)."""
 
         def run():
@@ -422,8 +479,9 @@ def build(
                 pairs, kw = _llama_data(tokenizer, llama_examples()), {}
             else:
                 pairs, kw = data, dict(exit_layer=EXIT_LAYER, exit_weight=0.5)
+            stage_seed = seed + SEEDS[name]
             torch.manual_seed(stage_seed)
-            model = train.grow(_load(init), new_model(name, vocab).config)
+            model = train.grow(_load(where(init)), new_model(name, vocab).config)
             c = model.config
             depth = (
                 c.num_hidden_layers
@@ -431,8 +489,8 @@ def build(
                 else f"{c.num_layers} + {c.num_decoder_layers}"
             )
             lr, epochs = profile["lr_large"], profile["large_epochs"]
-            info = fit(name, model, pairs, lr, stage_seed, dest=dest, **kw, epochs=epochs)
-            info["init"] = f"{init.name}, grown to {depth} layers (train.grow)"
+            info = fit(name, model, pairs, lr, stage_seed, **kw, epochs=epochs)
+            info["init"] = f"{init}, grown to {depth} layers (train.grow)"
             return info
 
         return run
@@ -459,7 +517,7 @@ def build(
             model,
             [tuple(p) for p in calib],
             profile["lr_align"],
-            seed + 3,
+            seed + SEEDS["t5-small-aligned"],
             warmup=20,
             epochs=profile["epochs"],
         )
@@ -471,21 +529,12 @@ def build(
 
     def llama_small():
         pairs = _llama_data(tokenizer, llama_examples())
-        torch.manual_seed(seed + 5)
+        stage_seed = seed + SEEDS["llama-small"]
+        torch.manual_seed(stage_seed)
         model = new_model("llama-small", vocab)
         return fit(
-            "llama-small", model, pairs, profile["lr_small"], seed + 5, epochs=profile["epochs"]
+            "llama-small", model, pairs, profile["lr_small"], stage_seed, epochs=profile["epochs"]
         )
-
-    def v2(name: str, trained):
-        """The v2 stage of the large `name` (its input, in the work folder): copied from
-        v2_from, or `trained`; not needed once the v3 model is done."""
-        dest = work / f"{name}-v2"
-        if (out / name).exists():
-            return
-        if v2_from is not None:
-            trained = lambda: copy_v2(v2_from, name, dest, out / "tokenizer", profile_name, seed)  # noqa: E731
-        stage(f"{name}-v2", trained, dest)
 
     side = None
     # after the tokenizer and the task data exist: the side process only reads them
@@ -504,29 +553,28 @@ def build(
                 str(seed),
                 "--jobs",
                 str(jobs),
-                *(["--v2-from", str(v2_from)] if v2_from is not None else []),
+                *(["--reuse", str(reuse)] if reuse is not None else []),
                 *[arg for name in SIDE_STAGES for arg in ("--stage", name)],
             ]
         )
-    # t5-large-v2 is grown from a seed: a small T5 trained from scratch (t5-small's recipe, another
+    # the large T5 is grown from a seed: a small T5 trained from scratch (t5-small's recipe, another
     # seed: the paper's small is trained on its own, not cut out of the large model, so that
-    # prediction alignment has work to do); llama-large-v2 from llama-small
-    if v2_from is None and not (work / "t5-large-v2").exists() and not (out / "t5-large").exists():
-        stage(
-            "t5-seed", lambda: from_scratch("t5-seed", seed + 2, work / "t5-seed"), work / "t5-seed"
-        )
-    v2("t5-large", grown("t5-large-v2", work / "t5-seed", seed + 1, work / "t5-large-v2"))
-    stage("t5-large", grown("t5-large", work / "t5-large-v2", seed + 7))
+    # prediction alignment has work to do); the large Llama from llama-small
+    chain(
+        ("t5-seed", lambda: from_scratch("t5-seed")),
+        ("t5-large-v2", grown("t5-large-v2", "t5-seed")),
+        ("t5-large-v3", grown("t5-large-v3", "t5-large-v2")),
+        ("t5-large", grown("t5-large", "t5-large-v3")),
+    )
     if side is not None and side.wait() != 0:
         raise RuntimeError(f"the side process of the zoo build ({', '.join(SIDE_STAGES)}) failed")
-    stage("t5-small", lambda: from_scratch("t5-small", seed + 6, out / "t5-small"))
+    stage("t5-small", lambda: from_scratch("t5-small"))
     stage("t5-small-aligned", aligned)
     stage("llama-small", llama_small)
-    v2(
-        "llama-large",
-        grown("llama-large-v2", out / "llama-small", seed + 4, work / "llama-large-v2"),
+    chain(
+        ("llama-large-v2", grown("llama-large-v2", "llama-small")),
+        ("llama-large", grown("llama-large", "llama-large-v2")),
     )
-    stage("llama-large", grown("llama-large", work / "llama-large-v2", seed + 8))
     if stages is not None:
         return None
     card = write_card(out, tokenizer, profile, _load_json(out / "train-log.json") or {})
