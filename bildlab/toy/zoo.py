@@ -7,8 +7,8 @@ and measured for the card.
     bildlab zoo --profile smoke --out DIR       # a minutes-long miniature (checks the pipeline)
 
 The large models are trained in stages, each grown (train.grow) from the one before and trained again
-on the same data: T5 10 + 10 layers (v2), 10 + 24 (v3), 10 + 32 (v4, shipped); Llama 10 layers (v2),
-32 (v3 and v4). The intermediate stages are kept in the build's work folder. Every stage writes its
+on the same data: T5 10 + 10 layers (v2), 10 + 24 (v3), 10 + 32 (v4); Llama 10 layers (v2), 32 (v3
+and v4). The intermediate stages are kept in the build's work folder. Every stage writes its
 output atomically (a temporary folder renamed into place) and is skipped when its output is already
 there, so an interrupted build resumes; training itself also checkpoints every few hundred steps.
 `--reuse DIR` copies each stage whose model an earlier zoo in DIR holds, built by this recipe,
@@ -53,9 +53,10 @@ MAX_NEW = {"toy-mt": 96, "toy-sum": 128}
 # / small cost ratio c (small / large per token; the paper's T5 pair: about 0.09). Random weights,
 # one CPU thread (benchmarks/zoo-geometry/): the v3 T5 (10 + 24 layers) measured c 0.110 eager and
 # 0.092 compiled on an AMD EPYC VM, but 0.115 and 0.169 on an Intel Xeon VM, where compiled calls
-# cost the small model more; 10 + 32 layers gave 0.088 and 0.124 there (the trained v3 pair's
-# compiled c is 0.86 of the probe's). The Llama (32 layers) measured 0.059-0.071 eager. Each large
-# model is grown from the stage before it (train.grow: same width, the encoder kept).
+# cost the small model more; 10 + 32 layers gave 0.088 and 0.116-0.124 there, and trained (zoo v4)
+# 0.090 eager and 0.102 compiled in benchmarks/bench_compile.py. The Llama (32 layers) measured
+# 0.059-0.071 eager. Each large model is grown from the stage before it (train.grow: same width,
+# the encoder kept).
 ARCHS = {
     "t5-large": dict(
         arch="t5", d_model=128, d_ff=512, num_heads=4, d_kv=32, num_layers=10, num_decoder_layers=32
