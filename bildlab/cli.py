@@ -387,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         default="full",
         choices=("full", "smoke"),
-        help="full: the shipped zoo (an estimated 2-3 hours on 2 cores with --jobs 2 and "
-        "--reuse, 4-5 hours without; see docs/toy-world.md); smoke: a 2-minute miniature, "
-        "needs --out",
+        help="full: the shipped zoo (from the logged stage times about 2.5 hours on 2 cores with "
+        "--jobs 2, 4 hours without; under an hour with --reuse of zoo v3; see "
+        "docs/toy-world.md); smoke: a 2-minute miniature, needs --out",
     )
     zoo.add_argument(
         "--reuse",

@@ -249,14 +249,20 @@ def work_dir(profile_name: str, seed: int) -> Path:
     )
 
 
+def _wrong_geometry(src: Path, name: str) -> dict | None:
+    """The settings in which the model `src` holds for stage `name` differs from the stage's
+    geometry ({} when none; None when `src` holds no model there)."""
+    config = _load_json(Path(src) / REUSABLE[name] / "config.json")
+    if config is None:
+        return None
+    want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
+    return {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+
+
 def holds(src: Path, name: str) -> bool:
     """Whether the zoo folder `src` holds a model of stage `name`'s geometry (in the folder
     REUSABLE names)."""
-    if name not in REUSABLE:
-        return False
-    config = _load_json(Path(src) / REUSABLE[name] / "config.json")
-    want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
-    return config is not None and all(config.get(k) == v for k, v in want.items())
+    return name in REUSABLE and _wrong_geometry(src, name) == {}
 
 
 def copy_stage(
@@ -272,9 +278,8 @@ def copy_stage(
         raise ValueError(f"name must be one of {', '.join(REUSABLE)}; got {name!r}")
     folder = src / REUSABLE[name]
     if not holds(src, name) or not (folder / "model.safetensors").is_file():
-        config = _load_json(folder / "config.json") or {}
         want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
-        wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+        wrong = _wrong_geometry(src, name) or "no model"
         raise ValueError(f"reuse: {folder} is not a model of stage {name} ({want}): {wrong}")
     if not (src / "tokenizer" / "tokenizer.json").is_file() or (
         (src / "tokenizer" / "tokenizer.json").read_bytes()
