@@ -203,7 +203,7 @@ def _registry(args) -> int:
             runner.use_root(runner.find_root())
             planner = Planner()
             plan(args.profile, overrides={"registry": str(Path(root).resolve())}, planner=planner)
-            for path in unused(root, planner.read):
+            for path in unused(root, planner.read, planner.resumes):
                 print(path)
                 if args.prune:
                     path.unlink()
@@ -509,11 +509,10 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument(
         "--unused",
         action="store_true",
-        help="list the records that no notebook with its stored parameters reads",
+        help="list the records that no notebook with its stored parameters reads (and the "
+        "checkpoints in .partial/ that no sweep still to compute resumes from)",
     )
-    what.add_argument(
-        "--prune", action="store_true", help="remove those records (listed as they go)"
-    )
+    what.add_argument("--prune", action="store_true", help="remove those files (listed as they go)")
     what.add_argument(
         "--compact",
         action="store_true",

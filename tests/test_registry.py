@@ -211,6 +211,45 @@ def test_records_no_notebook_reads_are_listed_and_pruned(fake_zoo, tmp_path):
     assert len(plan.unused(reg, planner.read)) == 2
 
 
+def test_a_checkpoint_that_no_sweep_still_to_compute_resumes_from_is_unused(
+    fake_zoo, tmp_path, monkeypatch
+):
+    """An interrupted sweep's checkpoint is kept while its sweep still has all of its policies to
+    compute; once another process has finished one of them, the sweep computes the rest under a new
+    checkpoint and the first is stale: listed (and pruned) as unused."""
+    reg = tmp_path / "results"
+    grid = [{"fallback": 0.2}, {"fallback": 0.8}]
+    monkeypatch.setattr(ev, "CHECKPOINT_SECONDS", 0)
+    real, calls = shard.generate, {"n": 0}
+
+    def interrupted(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 8:  # a few examples in
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(shard, "generate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ev.sweep("toy-mt", grid, registry=reg, **FAST)
+    monkeypatch.setattr(shard, "generate", real)
+    (checkpoint,) = registry.Registry(reg).checkpoints()
+
+    def stale():
+        planner = plan.Planner()
+        planner.sweep("toy-mt", grid, registry=reg, **FAST)
+        return plan.unused(reg, planner.read, planner.resumes)
+
+    assert stale() == []  # the sweep resumes from it
+    ev.sweep("toy-mt", grid[1:], registry=reg, **FAST)  # another process: fallback 0.8 first
+    assert stale() == [checkpoint[0]]
+    assert plan.unused(reg, set(), set())[-1] == checkpoint[0]
+    ev.sweep(
+        "toy-mt", grid, registry=reg, **FAST
+    )  # the rest: fallback 0.2, a checkpoint of its own
+    assert [p for p, _ in registry.Registry(reg).checkpoints()] == [checkpoint[0]]
+    assert stale() == [checkpoint[0]]
+
+
 def test_the_cli_migrates_a_registry(tmp_path):
     """`bildlab registry --migrate` on a registry holding one record keyed as bildlab 0.2 keyed it
     (library versions and the device index in the key, no data version): the record is found under

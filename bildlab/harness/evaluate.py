@@ -305,6 +305,12 @@ class Lookup:
             else []
         )
 
+    def checkpoint_key(self) -> dict:
+        """The key of the checkpoints (`.partial/`) a computation of `todo` resumes from: its
+        policies' keys and runners (its outputs' chunks are keyed by this key, the runners' names
+        and the batch size). A checkpoint of another set of policies is not read."""
+        return {"keys": [self.keys[i] for i in self.todo], "runners": self.runners()}
+
     def records(self, made: list[dict]) -> list[dict]:
         """One record per policy: the found ones, and `made` (the records of `todo`, in order) for
         the others."""
@@ -478,7 +484,7 @@ def _run(s: Lookup, progress) -> list[dict]:
     records."""
     pair, task, split, limit, reg = s.pair, s.task, s.split, s.limit, s.registry
     entries, keys = [s.entries[i] for i in s.todo], [s.keys[i] for i in s.todo]
-    executor, shard_size, hf_baseline = s.run["executor"], s.run["shard_size"], s.run["hf_baseline"]
+    executor, shard_size = s.run["executor"], s.run["shard_size"]
     spec = dict(
         pair=pair,
         task=task,
@@ -488,7 +494,7 @@ def _run(s: Lookup, progress) -> list[dict]:
         zoo=str(zoo_dir()),
         **{k: v for k, v in s.run.items() if k in shard.SPEC},
     )
-    sweep_key = {"keys": keys, "runners": shard.runner_names(entries, hf_baseline)}
+    sweep_key = s.checkpoint_key()
     n, timed = len(tasks.load_task(task, split, limit=limit)), s.timed()
     label = f"{pair} {split}: " + (
         _label(entries[0]) if len(entries) == 1 else f"{len(entries)} policies"

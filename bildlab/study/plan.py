@@ -129,6 +129,8 @@ class Planner:
     def __init__(self):
         self.sweeps: list[dict] = []
         self.read: set[str] = set()  # the digests of every record key the questions asked for
+        # the digests of the checkpoint keys of the sweeps that would compute (Lookup.checkpoint_key)
+        self.resumes: set[str] = set()
         self._counted: set[str] = set()  # the keys of the records this plan already counts
         # the batched outputs the notebook being planned has computed (its kernel's)
         self.outputs: set[tuple] = set()
@@ -140,6 +142,8 @@ class Planner:
         if check_only:
             return None
         self.read.update(digest(key) for key in found.keys)
+        if found.todo:
+            self.resumes.add(digest(found.checkpoint_key()))
         found.todo = [i for i in found.todo if digest(found.keys[i]) not in self._counted]
         self._counted.update(digest(found.keys[i]) for i in found.todo)
         n, runners, timed = found.examples(), len(found.runners()), len(found.timed())
@@ -427,10 +431,12 @@ def _longest_source(pair: str, task: str, split: str, limit) -> int:
     )
 
 
-def unused(registry: str | Path, read: set[str]) -> list[Path]:
+def unused(registry: str | Path, read: set[str], resumes: set[str] = frozenset()) -> list[Path]:
     """The record files of `registry` whose key is not among `read` (a `Planner.read` after a plan
     of every notebook: what no notebook with its stored parameters reads), the sweeps' shared
-    columns and the outputs' files that no other record uses."""
+    columns and the outputs' files that no other record uses, and the checkpoints (`.partial/`)
+    that no sweep still to compute resumes from (`resumes`: a `Planner.resumes`), such as those a
+    sweep leaves when another process finishes some of its policies first."""
     reg = Registry(registry)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a corrupt file is unused too
@@ -445,6 +451,7 @@ def unused(registry: str | Path, read: set[str]) -> list[Path]:
         [p for p in reg.files() if p not in paths]
         + [p for p in reg.sweep_files() if p.stem not in sweeps]
         + [p for p in reg.output_files() if p.stem not in outputs]
+        + [p for p, key in reg.checkpoints() if digest(key.get("outputs", key)) not in resumes]
     )
 
 
