@@ -471,14 +471,14 @@ class Registry:
     def checkpoints(self) -> list[tuple[Path, dict]]:
         """Every checkpoint file with the key it holds (its sweep's checkpoint key, or for a chunk
         of outputs {"outputs": that key, ...}; {} where the file is unreadable)."""
-        out = []
-        for path in sorted((self.root / ".partial").glob("*.json")):
+
+        def key(path):
             try:
-                key = json.loads(path.read_text())["key"]
+                return dict(json.loads(path.read_text())["key"])
             except (OSError, ValueError, KeyError, TypeError):
-                key = {}
-            out.append((path, key if isinstance(key, dict) else {}))
-        return out
+                return {}
+
+        return [(p, key(p)) for p in sorted((self.root / ".partial").glob("*.json"))]
 
     def save_partial(self, sweep_key: dict, rows: dict[int, dict]) -> None:
         path = self._partial(sweep_key)
