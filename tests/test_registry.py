@@ -243,9 +243,8 @@ def test_a_checkpoint_that_no_sweep_still_to_compute_resumes_from_is_unused(
     ev.sweep("toy-mt", grid[1:], registry=reg, **FAST)  # another process: fallback 0.8 first
     assert stale() == [checkpoint[0]]
     assert plan.unused(reg, set(), set())[-1] == checkpoint[0]
-    ev.sweep(
-        "toy-mt", grid, registry=reg, **FAST
-    )  # the rest: fallback 0.2, a checkpoint of its own
+    # the rest, fallback 0.2, under a checkpoint of its own
+    ev.sweep("toy-mt", grid, registry=reg, **FAST)
     assert [p for p, _ in registry.Registry(reg).checkpoints()] == [checkpoint[0]]
     assert stale() == [checkpoint[0]]
 

@@ -249,14 +249,18 @@ def work_dir(profile_name: str, seed: int) -> Path:
     )
 
 
+def _geometry(name: str) -> dict:
+    """Stage `name`'s model settings, as its config.json holds them."""
+    return {k: v for k, v in ARCHS[name].items() if k != "arch"}
+
+
 def _wrong_geometry(src: Path, name: str) -> dict | None:
     """The settings in which the model `src` holds for stage `name` differs from the stage's
     geometry ({} when none; None when `src` holds no model there)."""
     config = _load_json(Path(src) / REUSABLE[name] / "config.json")
     if config is None:
         return None
-    want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
-    return {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+    return {k: config.get(k) for k, v in _geometry(name).items() if config.get(k) != v}
 
 
 def holds(src: Path, name: str) -> bool:
@@ -278,9 +282,10 @@ def copy_stage(
         raise ValueError(f"name must be one of {', '.join(REUSABLE)}; got {name!r}")
     folder = src / REUSABLE[name]
     if not holds(src, name) or not (folder / "model.safetensors").is_file():
-        want = {k: v for k, v in ARCHS[name].items() if k != "arch"}
         wrong = _wrong_geometry(src, name) or "no model"
-        raise ValueError(f"reuse: {folder} is not a model of stage {name} ({want}): {wrong}")
+        raise ValueError(
+            f"reuse: {folder} is not a model of stage {name} ({_geometry(name)}): {wrong}"
+        )
     if not (src / "tokenizer" / "tokenizer.json").is_file() or (
         (src / "tokenizer" / "tokenizer.json").read_bytes()
         != (Path(tokenizer) / "tokenizer.json").read_bytes()
