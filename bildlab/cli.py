@@ -307,8 +307,8 @@ def describe(cal: dict) -> str:
     if u:  # calibrations made before they stated it have none
         lines.append(
             f"  uncertainty: a vanilla decode of {u['tokens']:.1f} tokens priced from each input's "
-            f"components: {ms(u['vanilla_seconds'], u['ci'])}, +-{100 * u['relative']:.1f}% (predicted "
-            "speedups' intervals widen by it)"
+            f"components: {ms(u['vanilla_seconds'], u['ci'])}; {_drift(u)}: +-{100 * u['relative']:.1f}%"
+            " (predicted speedups' intervals widen by it)"
         )
     g = c["batch_gain"]
     lines.append(
@@ -321,6 +321,22 @@ def describe(cal: dict) -> str:
         f"{cal['batched_identical']['n']}"
     )
     return "\n".join(lines)
+
+
+def _drift(u: dict) -> str:
+    """A calibration's uncertainty in words: over its inputs, and between runs of the machine
+    (`calibrate._with_drift`; calibrations made before it was stated have neither)."""
+    from .harness.calibrate import DRIFT_RUNS
+
+    if "inputs" not in u:
+        return "over the inputs"
+    inputs = f"+-{100 * u['inputs']:.1f}% over the inputs"
+    if u["between_runs"] is None:
+        return (
+            f"{inputs}, between runs not known yet ({u['runs']} calibration(s) of this pair and "
+            f"sample on this machine; stated from {DRIFT_RUNS})"
+        )
+    return f"{inputs} and +-{100 * u['between_runs']:.1f}% between {u['runs']} runs here, together"
 
 
 def _check_machine(profile: str, notebooks: list[str] | None, extra: dict) -> None:

@@ -5,10 +5,11 @@ parameter."""
 import copy
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from bildlab.cli import main
+from bildlab.cli import _drift, main
 from bildlab.harness import calibrate, shard
 from bildlab.harness.registry import Registry
 from bildlab.study import plan
@@ -229,8 +230,10 @@ def test_a_calibration_interleaves_every_component_and_states_its_uncertainty(
     assert u["ci"][0] <= u["vanilla_seconds"] <= u["ci"][1] and u["n"] == SMALL["n"]
     assert u["relative"] == round((u["ci"][1] - u["ci"][0]) / 2 / u["vanilla_seconds"], 4)
     assert u["relative"] > 0  # below 1 on a quiet machine; a busy one may give more
+    # the first calibration of its key here: the spread between runs is not known yet
+    assert u["inputs"] == u["relative"] and u["between_runs"] is None and u["runs"] == 1
     line = next(x for x in describe(cal).splitlines() if "uncertainty" in x)
-    assert f"+-{100 * u['relative']:.1f}%" in line
+    assert f"+-{100 * u['relative']:.1f}%" in line and "between runs not known yet (1 " in line
 
 
 LENGTHS = (4, 6, 8, 6)
@@ -281,3 +284,59 @@ def test_the_uncertainty_is_the_spread_of_each_inputs_price():
     _, some = stated([0.9, 1.0, 1.0, 1.1])
     _, more = stated([0.6, 1.0, 1.0, 1.4])
     assert 0 < some["relative"] < more["relative"] < 1
+
+
+def test_the_spread_between_runs_is_a_95_percent_prediction_interval():
+    """`between_runs` covers a further run of a machine whose price drifts (log-normal, known
+    spread) 95% of the time; below 3 runs it is not stated, and `relative` combines it with the
+    spread over the inputs."""
+    u = {"vanilla_seconds": 0.2, "relative": 0.03}
+    for earlier in ([], [0.19]):
+        stated = calibrate._with_drift(u, earlier)
+        assert stated["between_runs"] is None and stated["runs"] == len(earlier) + 1
+        assert stated["relative"] == stated["inputs"] == 0.03
+    same = calibrate._with_drift(u, [0.2, 0.2])
+    assert same["between_runs"] == 0.0 and same["relative"] == 0.03
+    drifting = calibrate._with_drift(u, [0.2 * 1.07, 0.2 * 0.95])
+    assert drifting["relative"] == round((0.03**2 + drifting["between_runs"] ** 2) ** 0.5, 4)
+    words = (
+        f"+-3.0% over the inputs and +-{100 * drifting['between_runs']:.1f}% between 3 runs here"
+    )
+    assert _drift(drifting).startswith(words)
+    rng = np.random.default_rng(0)
+    covered = []
+    for _ in range(4000):
+        logs = np.log(0.2) + 0.05 * rng.standard_normal(6)
+        runs = np.exp(logs[:5])
+        between = calibrate._with_drift(
+            {"vanilla_seconds": float(runs[-1]), "relative": 0.0}, [float(x) for x in runs[:-1]]
+        )["between_runs"]
+        covered.append(abs(logs[5] - np.log(runs).mean()) <= between)
+    assert 0.935 <= np.mean(covered) <= 0.965
+
+
+def test_the_spread_between_runs_reads_earlier_calibrations_of_the_same_key_and_sample(tmp_path):
+    """Only calibrations of the same key (pair, models, machine, protocol) and the same sample
+    count, each once (the registry's and the store's copies), the newest DRIFT_HISTORY of them."""
+    key = {"kind": "calibration", "pair": "toy-mt", "threads": 1, "protocol": {"warmup": [2]}}
+    sample = {"n": 16, "source": 16.6, "tokens": 14.6}
+
+    def cal(made, seconds, **changes):
+        return {
+            "key": {**key, **changes.pop("key", {})},
+            "made": f"2026-12-07T10:{made:02d}:00Z",
+            "costs": {"large_pass": {}},
+            "uncertainty": {**sample, **changes, "vanilla_seconds": seconds},
+        }
+
+    reg, store = Registry(tmp_path / "reg"), Registry(tmp_path / "store")
+    for i in range(12):
+        reg.put_calibration(cal(i, 0.2 + i / 1000))
+    store.put_calibration(cal(11, 0.2 + 11 / 1000))  # the same calibration in both
+    store.put_calibration(cal(20, 0.3, key={"threads": 2}))
+    store.put_calibration(cal(21, 0.3, tokens=20.0))
+    # made before calibrations stated their uncertainty
+    store.put_calibration({"key": key, "made": "2026-12-07T10:22:00Z", "costs": {"large_pass": {}}})
+    found = calibrate._earlier_prices(key, sample, [reg, store])
+    assert found == [0.2 + i / 1000 for i in range(12 - calibrate.DRIFT_HISTORY, 12)]
+    assert calibrate._earlier_prices({**key, "pair": "toy-sum"}, sample, [reg, store]) == []

@@ -27,8 +27,11 @@ then (the batch gain, a ratio of its own batch-1 and batched decodes, is timed a
 Each cost is the mean over the sampled inputs with its 95% bootstrap interval; how sure the whole
 calibration is, `uncertainty` (`_uncertainty`): a vanilla decode of the sample's mean length priced
 from each input's own components, its 95% bootstrap interval over the inputs and the interval's
-relative half-width `relative` (shown by `bildlab calibrate`; `costs.predict` widens a predicted
-speedup's interval by it). The record lives in the registry's `.calibrations/` and in this machine's
+relative half-width `inputs`; with `between_runs` (`_with_drift`), how far one calibration's price
+lies from this machine's typical price, from the earlier calibrations of the same key and sample
+(a machine drifts between runs by more than the spread over one run's inputs); and `relative`, the
+two combined (shown by `bildlab calibrate`; `costs.predict` widens a predicted speedup's interval by
+it). The record lives in the registry's `.calibrations/` and in this machine's
 store (`machine_store`: under bildlab's cache folder, for every registry), keyed by the pair and the
 machine (device type and name, CPU model, threads, protocol); library versions are provenance.
 `for_machine` finds the newest one of this machine: the registry's own first (a committed study
@@ -36,12 +39,15 @@ prices from its own calibrations), else the machine store's."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from datetime import datetime, timezone
 
 import numpy as np
 import torch
+from scipy import stats
 
 from ..engine import timing
 from ..engine.policy import Policy
@@ -59,6 +65,10 @@ TOY_BATCH_SIZES = (64, 256)
 # the machine's own calibrations (any registry's sweeps find them): this folder, else
 # calibrations/ under bildlab's cache folder ($BILDLAB_CACHE, ~/.cache/bildlab)
 STORE_ENV = "BILDLAB_CALIBRATIONS"
+# the spread between runs: from the newest DRIFT_HISTORY earlier calibrations of the same key and
+# sample, stated once there are DRIFT_RUNS calibrations (this one included)
+DRIFT_HISTORY = 10
+DRIFT_RUNS = 3
 
 
 def _check(pair, device, threads, n, ms, prefixes, batch_sizes, batch_n, max_new_tokens) -> None:
@@ -403,6 +413,8 @@ def calibrate(
         "protocol": timing.settings(threads, 1, warmup),
         **_models_key(pair, random_weights),
     }
+    sources = [machine_store()] + ([] if registry is None else [_registry(registry)])
+    uncertainty = _with_drift(uncertainty, _earlier_prices(key, uncertainty, sources))
     record = {
         "key": key,
         "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -420,6 +432,10 @@ def calibrate(
     return record
 
 
+def _registry(registry) -> Registry:
+    return registry if isinstance(registry, Registry) else Registry(registry)
+
+
 def machine_store() -> Registry:
     """This machine's calibrations, whichever registry they were made for: a registry of
     calibrations only, at $BILDLAB_CALIBRATIONS, else calibrations/ under bildlab's cache folder
@@ -432,7 +448,7 @@ def machine_store() -> Registry:
 def store(record: dict, registry) -> None:
     """Write a calibration to `registry` (a path or Registry) and to this machine's store
     (`machine_store`), where a sweep into any other registry finds it (`for_machine`)."""
-    (registry if isinstance(registry, Registry) else Registry(registry)).put_calibration(record)
+    _registry(registry).put_calibration(record)
     machine_store().put_calibration(record)
 
 
@@ -485,6 +501,37 @@ def _uncertainty(costs: dict, rows: list[dict], xs, prefixes, dec_only: bool) ->
         "source": source,
         "n": len(prices),
     }
+
+
+def _earlier_prices(key: dict, u: dict, sources) -> list[float]:
+    """The vanilla-decode prices (`_uncertainty`) of the newest DRIFT_HISTORY calibrations in
+    `sources` (registries) with this `key` (pair, models, machine, threads, protocol) and the same
+    sample (`u`'s inputs: their count, mean length and mean output tokens), oldest first."""
+    want = json.dumps(key, sort_keys=True)
+    found = {}
+    for source in sources:
+        for c in source.calibrations():
+            v = c.get("uncertainty") or {}
+            if json.dumps(c["key"], sort_keys=True) == want and all(
+                v.get(f) == u[f] for f in ("n", "source", "tokens")
+            ):
+                found[c["made"]] = v["vanilla_seconds"]
+    return [found[made] for made in sorted(found)[-DRIFT_HISTORY:]]
+
+
+def _with_drift(u: dict, earlier: list[float]) -> dict:
+    """`u` (`_uncertainty`: `relative` is the spread over the inputs) with the spread between runs:
+    `between_runs`, the 95% prediction half-width of one calibration's log price about the mean of
+    `runs` calibrations' (this one's and `earlier`'s: t quantile with runs - 1 degrees of freedom,
+    times their standard deviation, times sqrt(1 + 1 / runs)); None below DRIFT_RUNS runs. `inputs`
+    keeps the spread over the inputs; `relative` becomes the two combined (root sum of squares)."""
+    inputs, runs = u["relative"], len(earlier) + 1
+    between = None
+    if runs >= DRIFT_RUNS:
+        sd = float(np.std(np.log([*earlier, u["vanilla_seconds"]]), ddof=1))
+        between = round(float(stats.t.ppf(0.975, runs - 1)) * sd * math.sqrt(1 + 1 / runs), 4)
+    relative = inputs if between is None else round(math.hypot(inputs, between), 4)
+    return {**u, "inputs": inputs, "between_runs": between, "runs": runs, "relative": relative}
 
 
 # the fixed policies whose whole decodes measure the loop's host work beyond the greedy loop's: a

@@ -27,11 +27,12 @@ are dearer, its weights cold): a draft model's S steps as R drafts of S / R step
 drafts: one before each large call but the first), a greedy loop's as one run. Left out: the spread
 of draft lengths around their mean (priced as if all were of the mean length), host work that grows
 otherwise than the fixed policies', cache growth beyond the calibrated prefixes, and a machine's
-drift between calibration and timing.
+drift between calibration and timing (from the point prediction; the interval below takes it in).
 
 How sure the prediction is: its interval is the paired bootstrap's over the timed examples (their
-counts), widened by the calibration's own uncertainty u (`calibrate`'s `uncertainty.relative`, the
-relative half-width of the interval of a vanilla decode's price over the calibration's inputs): a
+counts), widened by the calibration's own uncertainty u (`calibrate`'s `uncertainty.relative`: the
+relative half-width of the interval of a vanilla decode's price over the calibration's inputs, with
+the spread between runs of the machine once it has 3 calibrations of the pair): a
 predicted speedup's [lo, hi] becomes [lo * (1 - u), hi * (1 + u)], and the measured speedup over it
 [lo / (1 + u), hi / (1 - u)] (`widened`). Point estimates do not change, and a calibration made
 before it stated u (u = 0) gives the intervals it gave."""
