@@ -151,3 +151,50 @@ def test_metric_options_per_task():
         metric_options(t)
         for t in ("toy-mt", "toy-sum", "iwslt2017-de-en", "wmt14-de-en", "xsum", "cnn_dailymail")
     ] == [{}, {}, {}, {}, {"stemmer": False}, {"stemmer": False}]
+
+
+@pytest.mark.parametrize("metric", ["bleu", "rougeL"])
+def test_each_example_is_scored_once_and_as_if_alone(metric, monkeypatch):
+    """Per-example rows are a function of (hypothesis, reference): scored once per process
+    (`metrics._once`), they equal the rows scored from an empty cache, one call per example, and
+    a list of pairs already seen scores nothing again."""
+    from bildlab.measure import metrics
+
+    refs = [f"the cat number {i} sat on the mat. it was happy." for i in range(6)]
+    hyps = [r if i % 2 else r.replace("cat", "dog") for i, r in enumerate(refs)]
+    monkeypatch.setattr(metrics, "_ONCE", {})
+    together = metrics.sentence_data(metric, hyps + hyps[:2], refs + refs[:2])
+    alone = []
+    for h, r in zip(hyps, refs):
+        monkeypatch.setattr(metrics, "_ONCE", {})
+        alone.append(metrics.sentence_data(metric, [h], [r])[0])
+    assert together.tolist() == [*(a.tolist() for a in alone), *(a.tolist() for a in alone[:2])]
+    scored = []
+    real = metrics._once
+
+    def counted(how, hypotheses, references, compute):
+        def spy(h, r):
+            scored.extend(h)
+            return compute(h, r)
+
+        return real(how, hypotheses, references, spy)
+
+    monkeypatch.setattr(metrics, "_once", counted)
+    monkeypatch.setattr(metrics, "_ONCE", {})
+    metrics.sentence_data(metric, hyps + hyps, refs + refs)
+    assert scored == hyps  # from an empty cache: each distinct pair once
+    scored.clear()
+    metrics.sentence_data(metric, hyps[::-1], refs[::-1])
+    assert scored == []
+
+
+def test_the_cache_of_scored_examples_is_bounded(monkeypatch):
+    from bildlab.measure import metrics
+
+    monkeypatch.setattr(metrics, "_ONCE", {})
+    monkeypatch.setattr(metrics, "ONCE_MAX", 3)
+    refs = [f"a b c {i}" for i in range(5)]
+    first = metrics.sentence_data("bleu", refs[:2], refs[:2])
+    assert len(metrics._ONCE) == 2
+    both = metrics.sentence_data("bleu", refs, refs)  # 3 new: over the bound, the cache restarts
+    assert len(metrics._ONCE) == 3 and both[:2].tolist() == first.tolist()
