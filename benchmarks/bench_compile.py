@@ -22,6 +22,7 @@ something. `--out` writes the run as JSON."""
 import argparse
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -231,10 +232,12 @@ def table(paths, full: bool = False) -> str:
     cols, head = [], []
     for path in paths:
         run = json.loads(Path(path).read_text())
+        threads = run["args"]["threads"]
+        cpu = re.sub(r"\((R|TM)\)| Processor| CPU .*", "", run["machine"]["processor"]).strip()
         where = (
             run["machine"]["device_name"]
             if run["machine"]["device"].startswith("cuda")
-            else "CPU, 1 thread"
+            else f"{cpu or 'CPU'}, {threads} thread{'s' * (threads != 1)}"
         )
         for pair in run["pairs"]:
             cols.append(pair)

@@ -28,7 +28,7 @@ TEST = CARD["test"]
 def test_shipped_zoo_is_small_and_complete():
     root = models.zoo_dir()
     files = [p for p in root.rglob("*") if p.is_file()]
-    # zoo v3: 42 MB (the v3 large models are 18 and 15 MB in float16)
+    # zoo v4: 45.9 MB (the large models are 22.4 and 15.3 MB in float16)
     assert sum(p.stat().st_size for p in files) <= 48 * 1024 * 1024
     for name in ("t5-large", "t5-small", "t5-small-aligned", "llama-large", "llama-small"):
         assert (root / name / "model.safetensors").is_file()
@@ -70,7 +70,7 @@ def test_shipped_card_llama_large_is_better_than_its_small():
     [
         SMALLS[0],
         pytest.param(
-            *SMALLS[1], marks=missed("toy-sum: the small agrees on 0.6763 [0.6297, 0.7138]")
+            *SMALLS[1], marks=missed("toy-sum: the small agrees on 0.6987 [0.6687, 0.7235]")
         ),
         SMALLS[2],
     ],
@@ -84,8 +84,8 @@ def test_shipped_card_small_is_mostly_right_with_room_for_alignment(task, small)
 @pytest.mark.parametrize(
     "task",
     [
-        pytest.param("toy-mt", marks=missed("toy-mt: alignment adds +0.0210 [+0.0137, +0.0280]")),
-        pytest.param("toy-sum", marks=missed("toy-sum: alignment adds +0.0082 [+0.0041, +0.0122]")),
+        pytest.param("toy-mt", marks=missed("toy-mt: alignment adds +0.0201 [+0.0126, +0.0280]")),
+        pytest.param("toy-sum", marks=missed("toy-sum: alignment adds +0.0088 [+0.0050, +0.0126]")),
     ],
 )
 def test_shipped_card_alignment_raises_agreement_by_3_points(task):
@@ -102,13 +102,7 @@ def test_shipped_card_aligned_small_scores_no_worse(task):
 
 @pytest.mark.parametrize(
     "task",
-    [
-        "toy-mt",
-        pytest.param(
-            "toy-sum", marks=missed("toy-sum: the large's outputs end at the limit in 3 of 300")
-        ),
-        "toy-mt-llama",
-    ],
+    ["toy-mt", "toy-sum", "toy-mt-llama"],
 )
 def test_shipped_card_few_outputs_run_to_the_length_limit(task):
     """Under 1% of the large model's outputs and under 3% of each small model's end at

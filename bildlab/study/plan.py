@@ -37,8 +37,8 @@ from .stand_in import _stand_ins
 # on a T4-class GPU: CNN/DM 37,872 s for 13,368 validation examples in a public reproduction (2.83
 # s); the others scaled from it by their typical output length (about 55 tokens for CNN/DM, 25 for
 # XSum, 30 for the translations). Toy tasks, on one CPU thread: the vanilla T5's mean timed seconds
-# per decode in the committed toy records (zoo v3; two study processes on 2-core Intel Xeon and AMD
-# EPYC VMs; the median over the records of a task): 0.25 (toy-mt), 0.40 (toy-sum).
+# per decode in the committed toy records (zoo v4; two study processes on 2-core Intel Xeon and AMD
+# EPYC VMs; the median over the records of a task): 0.22 (toy-mt), 0.45 (toy-sum).
 # The two kinds are reported apart, never added.
 TYPICAL_TOKENS = {
     "cnn_dailymail": 55,
@@ -54,8 +54,8 @@ SECONDS_PER_DECODE = {
     "xsum": 1.3,
     "iwslt2017-de-en": 1.5,
     "wmt14-de-en": 1.6,
-    "toy-mt": 0.25,
-    "toy-sum": 0.4,
+    "toy-mt": 0.22,
+    "toy-sum": 0.45,
 }
 # Timing hours (the protocol at batch 1): every runner's decode of a timed example counts as one
 # vanilla decode (an upper bound for BiLD and speculative decoding, which the protocol finds faster
@@ -72,17 +72,18 @@ SECONDS_PER_DECODE = {
 # - toy-mt 9.4: the vanilla toy-mt T5 of zoo v3, 9.36x [8.96, 9.79] on 1,000 toy-mt validation
 #   examples, 128 new tokens, 1 CPU thread (`python benchmarks/bench_batch.py --n 1000 --split
 #   validation --max-new-tokens 128 --batch-sizes 64 --setups vanilla`, a 2-core Intel Xeon VM,
-#   2026-12-07; its calibrations there, 64 inputs: 9.6x and 10.4x);
-# - toy-sum 5.5: the calibration of toy-sum on that VM (`bildlab calibrate --pair toy-sum`,
-#   2026-12-07: 5.5x [4.7, 6.6] on 64 inputs; longer sources and outputs, a smaller gain);
+#   2026-12-07; its calibrations there, 64 inputs: 9.6x and 10.4x; zoo v4's toy-mt T5, the
+#   calibrations in results/toy on 64 inputs: 9.7x on that VM, 8.7-10.5x on an AMD EPYC VM);
+# - toy-sum 6.8: zoo v4's calibrations of toy-sum (`bildlab calibrate --pair toy-sum`, 2026-12-07,
+#   64 inputs: 6.8x on both VMs; longer sources and outputs, a smaller gain);
 # - the paper tasks 18.0, assumed, not measured on a GPU (none was lent): a GPU's batch-1 decode is
 #   bound by kernel launches and weight reads, which batching shares, so its gain is taken as no
 #   smaller than that of zoo v2's toy-mt T5 on one CPU thread (18.0x by the command above, 2-core
 #   x86-64 VM, 2026-12-02; another such VM gave 11.5x; docs/paper-profile.md: the plan stays within
 #   60 h down to 17.6x). c, the small model's decoder step over the large one's (`make bench-paper`,
 #   benchmarks/paper_size.py, 1 CPU thread): T5-small / T5-large 0.175 (XSum, CNN/DM), mT5-small /
-#   mT5-large 0.34 (the translations); toy pairs 0.12 (zoo v3, benchmarks/compile/cpu-intel-xeon.json:
-#   0.119 toy-mt and 0.093 toy-mt-llama eager).
+#   mT5-large 0.34 (the translations); toy pairs 0.09 (zoo v4, benchmarks/compile/: toy-mt 0.090
+#   eager on an Intel Xeon VM, 0.083 on an AMD EPYC VM; toy-mt-llama 0.064 there).
 # An output the same notebook already computed (the vanilla model's in every sweep of a split, a
 # policy's in a second timing pass) is not computed again (`shard.outputs` keeps them in memory),
 # and not counted again here.
@@ -92,22 +93,23 @@ BATCH_GAIN = {
     "iwslt2017-de-en": 18.0,
     "wmt14-de-en": 18.0,
     "toy-mt": 9.4,
-    "toy-sum": 5.5,
+    "toy-sum": 6.8,
 }
 COST_RATIO = {
     "cnn_dailymail": 0.175,
     "xsum": 0.175,
     "iwslt2017-de-en": 0.34,
     "wmt14-de-en": 0.34,
-    "toy-mt": 0.12,
-    "toy-sum": 0.12,
+    "toy-mt": 0.09,
+    "toy-sum": 0.09,
 }
 # Compiling (a sweep with compile=True): every shard compiles its steps once before it times
 # anything. Priced by the longest `protocol.compile_seconds` among the pair's compiled records in
 # the registry (the first compilation in a process), else COMPILE_SECONDS: the toy pairs' first
-# compilations on one CPU thread in the committed records of zoo v3 (141.5 s toy-mt, 131.0 s
-# toy-mt-llama); 150 s for any other pair, not measured (a toy Llama step took 146 s on a CPU once).
-COMPILE_SECONDS = {"toy-mt": 141.5, "toy-mt-llama": 131.0}
+# compilations on one CPU thread in the committed records (zoo v4's toy-mt T5, 262.9 s on an AMD
+# EPYC VM; the Llama pair, the same in zoo v3 and v4, 131.0 s on an Intel Xeon VM); 150 s for any
+# other pair, not measured (a toy Llama step took 146 s on a CPU once).
+COMPILE_SECONDS = {"toy-mt": 262.9, "toy-mt-llama": 131.0}
 COMPILE_ELSE = 150.0
 UNITS = {"gpu": "GPU hours (paper tasks; T4-class)", "cpu": "CPU hours (toy tasks; 1 thread)"}
 PARTS = ("timing", "outputs")  # batch-1 decodes of the timed examples; every output in batches
