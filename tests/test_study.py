@@ -847,6 +847,13 @@ def test_the_readme_count_of_explained_speedups_is_regenerated_from_the_committe
         f"{runner.EXPLAINED_START}\n{table}\n{runner.EXPLAINED_END}"
         in (runner.ROOT / "README.md").read_text()
     )
+    # a group per pair, calibrated machine and where timed: toy-mt's records were priced by
+    # calibrations of two CPU models, each group names its own
+    groups = made["per_pair"]
+    assert sum(n for _, n in groups.values()) == made["records"]
+    toy_mt = [g for g in groups if g.startswith("toy-mt, ")]
+    assert any(g.endswith("(AMD EPYC)") for g in toy_mt)
+    assert any(g.endswith("(Intel(R) Xeon(R) Processor)") for g in toy_mt)
 
 
 def test_the_explained_table_says_what_its_count_holds(tmp_path):

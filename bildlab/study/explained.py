@@ -36,9 +36,9 @@ def explained(
     for c in sorted(reg.calibrations(), key=lambda c: c["made"]):
         machines.setdefault(c["key"]["pair"], {})[_machine(c["key"])] = c
     rows, groups = [], {}
-    for r in records:
-        groups.setdefault((r["key"]["pair"], _where(r)), []).append(r)
-    for (pair, where), rs in sorted(groups.items()):
+    for r in records:  # by pair, by the calibrated machine, and by where the record was timed
+        groups.setdefault((r["key"]["pair"], _machine(r["calibration"]), _where(r)), []).append(r)
+    for (pair, _, where), rs in sorted(groups.items()):
         ratios = np.array([r["summary"]["measured_over_predicted"] for r in rs])
         within = int((np.abs(ratios - 1) <= tolerance).sum())
         cal, made = rs[0]["calibration"], sorted({r["calibration"].get("made") for r in rs})
@@ -64,7 +64,7 @@ def explained(
     fig, (ax1, ax2) = plots.panels(2, 6.4, 6.0)
     plots.measured_predicted(
         {
-            f"{p}, {w}": [
+            f"{p}, {w} ({m})": [
                 (
                     r["summary"]["predicted_speedup"],
                     r["summary"]["predicted_speedup_ci"],
@@ -73,7 +73,7 @@ def explained(
                 )
                 for r in rs
             ]
-            for (p, w), rs in sorted(groups.items())
+            for (p, m, w), rs in sorted(groups.items())
         },
         tolerance=tolerance,
         ax=ax1,
@@ -168,11 +168,11 @@ def explained(
         "within": inside,
         "tolerance": tolerance,
         "per_pair": {
-            f"{row['pair']}, {row['timed']}": [
+            f"{pair}, {where} ({machine})": [
                 row[f"within ±{tolerance:.0%}"],
                 row["records priced"],
             ]
-            for row in rows
+            for (pair, machine, where), row in zip(sorted(groups), rows)
         },
         "per_method": per_method,
         "ratio": {  # none without a priced record
