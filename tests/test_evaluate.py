@@ -315,7 +315,7 @@ def test_plan_counts_the_decodes_still_to_run_and_runs_nothing(fake_zoo, tmp_pat
             "outputs": 0,
             "output_units": 0.0,
             "prices": {
-                "seconds": 0.25,
+                "seconds": plan.SECONDS_PER_DECODE["toy-mt"],
                 "c": plan.COST_RATIO["toy-mt"],
                 "gain": plan.BATCH_GAIN["toy-mt"],
                 # the policies,

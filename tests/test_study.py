@@ -343,8 +343,8 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
         "another's paired differences (with both thresholds: 0)."
     )
     assert study.rq3("toy-mt", **grid).account == (
-        "On toy-mt: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 83.8%, "
-        "aligned 85.9%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test (N = 0): "
+        "On toy-mt: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 83.7%, "
+        "aligned 85.7%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test (N = 0): "
         f"aligned none, unaligned none: {NONE}. No policy keeps every output identical to vanilla's for both on "
         "validation."
     )
@@ -361,7 +361,7 @@ def test_answers_follow_the_intervals_and_say_none_when_no_policy_qualifies(monk
 # with the interval [1.45, 1.55] and 20 of 20 outputs identical (lossless; paired speed differences
 # 0); on toy-sum every policy loses 5 ROUGE-L points, beyond the 1-point tolerance, so none
 # qualifies and nothing is timed on test (N = 0). Agreements: the shipped zoo card's (unaligned
-# 83.8% / 67.6%, aligned 85.9% / 68.5%).
+# 83.7% / 69.9%, aligned 85.7% / 70.8%).
 SAME = "no detectable difference in speed ({} +0.000x [+0.000, +0.000], paired, N = 20)"
 NONE = "not comparable (a side has no qualifying policy)"
 ANSWERS = {
@@ -378,14 +378,14 @@ ANSWERS = {
         "dominated by another's paired differences (with both thresholds: 1).",
     ),
     "rq3": (
-        "On toy-mt: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 83.8%, "
-        "aligned 85.9%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test "
+        "On toy-mt: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 83.7%, "
+        "aligned 85.7%. The fastest within 1 BLEU point of vanilla on validation (N = 20), reported on test "
         "(N = 20): aligned 1.50x [1.45, 1.55] (fb 0.5, rb 3; lossless), unaligned 1.50x [1.45, 1.55] (fb 0.5, "
         f"rb 3; lossless): {SAME.format('the aligned - the unaligned')}. At the same policy, where both are "
         "lossless on validation (1 policy, N = 20), the aligned is detectably faster at none of them, the "
         "unaligned at none (paired speed differences, aligned − unaligned, from +0.000x to +0.000x).",
-        "On toy-sum: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 67.6%, "
-        "aligned 68.5%. The fastest within 1 ROUGE-L point of vanilla on validation (N = 20), reported on test "
+        "On toy-sum: agreement with the large model's greedy tokens (zoo card, held-out test): unaligned 69.9%, "
+        "aligned 70.8%. The fastest within 1 ROUGE-L point of vanilla on validation (N = 20), reported on test "
         f"(N = 0): aligned none, unaligned none: {NONE}. No policy keeps every output identical to vanilla's for "
         "both on validation.",
     ),
