@@ -691,7 +691,7 @@ def for_machine(
     the registry's own first (a committed study prices from its own calibrations), then, with
     `from_store`, this machine's store (`machine_store`: every calibration made here, for any registry).
     """
-    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    reg = _registry(registry)
     here = machine or shard.machine(device)
     # timed before records named the CPU model: no calibration can be matched
     if "processor" not in here:

@@ -35,12 +35,13 @@ def explained(
     machines = {}  # the newest calibration of each pair on each machine (CPU or GPU model)
     for c in sorted(reg.calibrations(), key=lambda c: c["made"]):
         machines.setdefault(c["key"]["pair"], {})[_machine(c["key"])] = c
-    rows, groups = [], {}
+    rows, groups, per_pair = [], {}, {}
     for r in records:  # by pair, by the calibrated machine, and by where the record was timed
         groups.setdefault((r["key"]["pair"], _machine(r["calibration"]), _where(r)), []).append(r)
-    for (pair, _, where), rs in sorted(groups.items()):
+    for (pair, machine, where), rs in sorted(groups.items()):
         ratios = np.array([r["summary"]["measured_over_predicted"] for r in rs])
         within = int((np.abs(ratios - 1) <= tolerance).sum())
+        per_pair[f"{pair}, {where} ({machine})"] = [within, len(ratios)]
         cal, made = rs[0]["calibration"], sorted({r["calibration"].get("made") for r in rs})
         rows.append(
             {
@@ -167,13 +168,7 @@ def explained(
         "records": n,
         "within": inside,
         "tolerance": tolerance,
-        "per_pair": {
-            f"{pair}, {where} ({machine})": [
-                row[f"within ±{tolerance:.0%}"],
-                row["records priced"],
-            ]
-            for (pair, machine, where), row in zip(sorted(groups), rows)
-        },
+        "per_pair": per_pair,
         "per_method": per_method,
         "ratio": {  # none without a priced record
             "median": round(float(np.median(ratios)), 3),
