@@ -229,6 +229,9 @@ def test_the_notebook_section_replays_the_files_and_says_what_their_intervals_al
     assert batching._reach(points) == "faster up to batch 1, slower from batch 64"
     assert batching._reach(points[:3]) == "faster up to batch 1, never slower"
     assert batching._reach(points[1:2] + points[3:]) == "never faster, slower at 1 of 2 batch sizes"
+    # slower in the middle only (e.g. where the engine changes): not "slower from"
+    middle = [(1, (1.2, 1.5)), (16, (0.8, 0.9)), (32, (0.9, 1.1)), (64, (1.1, 1.2))]
+    assert batching._reach(middle) == "faster at batch 1, 64, slower at batch 16"
     assert len(result.answer) <= 850  # an answer is a few sentences; the verdicts are the details'
     with pytest.raises(ValueError, match="batch_results: no <pair>.json in"):
         batching.load(tmp_path / "empty")

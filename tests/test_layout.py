@@ -54,6 +54,7 @@ ORDER = [
     "harness.shard",
     "harness.benchmark",
     "harness.registry",
+    "harness.columns",
     "measure",
     "measure.mechanism",
     "measure.costs",

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from bildlab.harness import columns, registry, shard
 from bildlab.harness import evaluate as ev
-from bildlab.harness import registry, shard
 from bildlab.study import plan, runner
 
 FAST = dict(limit=6, max_new_tokens=8, warmup=1, progress=False)
@@ -361,7 +361,7 @@ def test_a_timed_samples_record_is_stored_compactly_and_an_earlier_packing_still
     for r in made:
         stored = json.loads(reg.path(r["key"]).read_text())["examples"]["columns"]
         assert stored["stats"]["has"] == "".join("1" if i in r["timed"] else "0" for i in range(6))
-        stats = registry._unpack(stored["stats"]["columns"])
+        stats = columns.unpack(stored["stats"]["columns"])
         assert all(len(c) == 3 for c in stats.values())  # the timed examples' stats only
         # nanoseconds
         assert all(isinstance(v, int) for v in stored["stats"]["columns"]["large_seconds"]["ns"])
@@ -376,7 +376,7 @@ def test_a_timed_samples_record_is_stored_compactly_and_an_earlier_packing_still
     for path in reg.files() + [sweep]:
         data = json.loads(path.read_text())
         cols = data["examples"]["columns"] if "examples" in data else data["columns"]
-        cols.update(registry._unpack(cols))
+        cols.update(columns.unpack(cols))
         path.write_text(json.dumps(data))
     assert [reg.get(r["key"]) for r in made] == made
     assert reg.compact() == 2 and reg.compact() == 0

@@ -2,6 +2,7 @@
 the copy of an earlier zoo's model instead of its training, and the smoke build end to end. The
 full zoo is never trained here."""
 
+import hashlib
 import json
 import shutil
 import time
@@ -76,6 +77,11 @@ def test_copy_stage_copies_an_earlier_zoos_model_and_refuses_anything_else(tmp_p
     for f in (src / "t5-large").iterdir():  # the files, bit for bit
         assert (tmp_path / "work" / "t5-large-v3" / f.name).read_bytes() == f.read_bytes()
     assert info["steps"] == 7 and FULL_COMMAND in info["copied"] and "command" not in info
+    # the earlier build's training time and the model's content, not a path (its folder may hold
+    # another model later)
+    model = (src / "t5-large" / "model.safetensors").read_bytes()
+    assert info["trained_seconds"] == 3.0 and "copied_from" not in info
+    assert info["model_sha256"] == hashlib.sha256(model).hexdigest()
     dest = tmp_path / "work" / "again"
     with pytest.raises(
         ValueError, match=r"reuse: .* is not a model of stage t5-large-v2 .*num_deco"
@@ -145,10 +151,13 @@ def test_smoke_build_runs_end_to_end(tmp_path, monkeypatch):
     again = tmp_path / "again"
     zoo.build(again, "smoke", progress=False, reuse=tmp_path / "zoo")
     log = json.loads((again / "train-log.json").read_text())
-    copied = {name for name, entry in log.items() if "copied_from" in entry}
+    copied = {name for name, entry in log.items() if "copied" in entry}
     assert copied == {"t5-large", "t5-small", "llama-small", "llama-large"}
     assert set(log) == copied | {"t5-small-aligned"}
     for name in zoo.SHIPPED:
         assert (again / name / "model.safetensors").read_bytes() == (
             tmp_path / "zoo" / name / "model.safetensors"
         ).read_bytes(), name
+    first = json.loads((tmp_path / "zoo" / "train-log.json").read_text())
+    for name in copied:  # copied again, the seconds are still the build's that trained it
+        assert log[name]["trained_seconds"] == first[name]["seconds"], name

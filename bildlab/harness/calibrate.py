@@ -413,7 +413,7 @@ def calibrate(
         "protocol": timing.settings(threads, 1, warmup),
         **_models_key(pair, random_weights),
     }
-    sources = [machine_store()] + ([] if registry is None else [_registry(registry)])
+    sources = [machine_store()] + ([] if registry is None else [Registry.of(registry)])
     uncertainty = _with_drift(uncertainty, _earlier_prices(key, uncertainty, sources))
     record = {
         "key": key,
@@ -432,10 +432,6 @@ def calibrate(
     return record
 
 
-def _registry(registry) -> Registry:
-    return registry if isinstance(registry, Registry) else Registry(registry)
-
-
 def machine_store() -> Registry:
     """This machine's calibrations, whichever registry they were made for: a registry of
     calibrations only, at $BILDLAB_CALIBRATIONS, else calibrations/ under bildlab's cache folder
@@ -448,7 +444,7 @@ def machine_store() -> Registry:
 def store(record: dict, registry) -> None:
     """Write a calibration to `registry` (a path or Registry) and to this machine's store
     (`machine_store`), where a sweep into any other registry finds it (`for_machine`)."""
-    _registry(registry).put_calibration(record)
+    Registry.of(registry).put_calibration(record)
     machine_store().put_calibration(record)
 
 
@@ -691,7 +687,7 @@ def for_machine(
     the registry's own first (a committed study prices from its own calibrations), then, with
     `from_store`, this machine's store (`machine_store`: every calibration made here, for any registry).
     """
-    reg = _registry(registry)
+    reg = Registry.of(registry)
     here = machine or shard.machine(device)
     # timed before records named the CPU model: no calibration can be matched
     if "processor" not in here:

@@ -211,7 +211,7 @@ def rekey(key: dict) -> dict:
 def migrate(registry: str | Path | Registry = DEFAULT_REGISTRY) -> int:
     """Move a registry's records to keys without library versions; returns how many moved (none
     recomputed)."""
-    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    reg = Registry.of(registry)
     return reg.migrate(rekey)
 
 
@@ -385,13 +385,7 @@ def lookup(
         check_entry(pair, e)
     check_timing_limit(timing_limit, batch_size, entries)
     shard.check_compile(compile, entries)
-    reg = (
-        registry
-        if isinstance(registry, Registry)
-        else Registry(registry)
-        if registry is not None
-        else None
-    )
+    reg = None if registry is None else Registry.of(registry)
     common_key = dict(
         seed=seed,
         max_new_tokens=max_new_tokens,

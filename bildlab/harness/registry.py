@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..atomic import atomic_path
+from . import columns as stored
 
 DEFAULT_REGISTRY = "results"
 # whose releases a record's outputs and timings may depend on
@@ -88,85 +89,16 @@ def _well_formed(record, key: dict | None = None) -> str | None:
     return None
 
 
-def _columns(rows: list[dict], fields: list[str]) -> dict:
-    """Rows as columns, {field: [value per row]}; a field whose rows hold dicts with the same keys
-    (stats) as {"columns": {key: [value per row that has one]}} in turn, with "has": a string of 1
-    and 0 where some rows have none (None, e.g. the examples a timed sample left out)."""
-    out = {}
-    for f in fields:
-        values = [r[f] for r in rows]
-        dicts = [v for v in values if v is not None]
-        first = dicts[0] if dicts else None
-        if (
-            isinstance(first, dict)
-            and first
-            and all(isinstance(v, dict) and list(v) == list(first) for v in dicts)
-        ):
-            out[f] = {"columns": {k: [v[k] for v in dicts] for k in first}}
-            if len(dicts) < len(values):
-                out[f]["has"] = "".join("0" if v is None else "1" for v in values)
-        else:
-            out[f] = values
-    return out
-
-
-def _rows(n: int, fields: list[str], columns: dict) -> list[dict]:
-    """The inverse of `_columns`."""
-    cols = {}
-    for f, c in columns.items():
-        if isinstance(c, dict):
-            dicts = iter([dict(zip(c["columns"], vals)) for vals in zip(*c["columns"].values())])
-            c = [next(dicts) if has == "1" else None for has in c.get("has", "1" * n)]
-        cols[f] = c
-    if any(len(c) != n for c in cols.values()):
-        raise ValueError("a column has another length than the examples")
-    return [{f: cols[f][i] for f in fields} for i in range(n)]
-
-
-def _pack(columns: dict) -> dict:
-    """Columns as stored: a column of booleans (None allowed) as one string of 1, 0 and -, one of
-    integers 0-9 (the machine index; None allowed) as a string of digits and -, one of seconds (a
-    field named ...seconds) as whole nanoseconds ({"ns": [...]}; the harness keeps seconds to the
-    nanosecond, `timing.ns`); the rest as they are. Stats columns in turn."""
-    out = {}
-    for f, c in columns.items():
-        if isinstance(c, dict) and "columns" in c:
-            out[f] = {**c, "columns": _pack(c["columns"])}
-        elif not isinstance(c, list) or all(v is None for v in c):
-            out[f] = c
-        elif f.endswith("seconds") and all(v is None or type(v) is float for v in c):
-            out[f] = {"ns": [None if v is None else round(v * 1e9) for v in c]}
-        elif all(v is None or isinstance(v, bool) for v in c):
-            out[f] = {"bools": "".join("-" if v is None else "1" if v else "0" for v in c)}
-        elif all(v is None or (type(v) is int and 0 <= v <= 9) for v in c):
-            out[f] = {"digits": "".join("-" if v is None else str(v) for v in c)}
-        else:
-            out[f] = c
-    return out
-
-
-def _unpack(columns: dict) -> dict:
-    """The inverse of `_pack` (a record written before it was: its columns as they are)."""
-    out = {}
-    for f, c in columns.items():
-        if isinstance(c, dict) and "columns" in c:
-            out[f] = {**c, "columns": _unpack(c["columns"])}
-        elif isinstance(c, dict) and "ns" in c:
-            out[f] = [None if v is None else v / 1e9 for v in c["ns"]]
-        elif isinstance(c, dict) and "bools" in c:
-            out[f] = [None if ch == "-" else ch == "1" for ch in c["bools"]]
-        elif isinstance(c, dict) and "digits" in c:
-            out[f] = [None if ch == "-" else int(ch) for ch in c["digits"]]
-        else:
-            out[f] = c
-    return out
-
-
 class Registry:
     """One JSON file per run under `root`, named by a hash of its key."""
 
     def __init__(self, root: str | os.PathLike = DEFAULT_REGISTRY):
         self.root = Path(root)
+
+    @classmethod
+    def of(cls, registry: Registry | str | os.PathLike) -> Registry:
+        """`registry` itself when it is a Registry; else the registry at that path."""
+        return registry if isinstance(registry, Registry) else cls(registry)
 
     def path(self, key: dict) -> Path:
         """Where the record of `key` lives: <root>/<pair>/<task>/<method>-<digest of the key>.json."""
@@ -198,9 +130,11 @@ class Registry:
         else:
             sweep = (record.get("protocol") or {}).get("sweep")
             shared = [f for f in SHARED if f in fields] if sweep else []
-            if shared and not self._share(sweep, self._store(_columns(rows, shared)), len(rows)):
+            if shared and not self._share(
+                sweep, self._store(stored.columns(rows, shared)), len(rows)
+            ):
                 shared = []
-            columns = _columns(rows, [f for f in fields if f not in shared])
+            columns = stored.columns(rows, [f for f in fields if f not in shared])
             # an output identical to vanilla's: once
             if {"output", "identical", "baseline_output"} <= set(fields):
                 columns["output"] = [
@@ -224,9 +158,9 @@ class Registry:
         return self.root / ".sweeps" / f"{sweep}.json"
 
     def _store(self, columns: dict) -> dict:
-        """Columns as stored (`_pack`), each column of outputs as {"outputs": its digest}, the
+        """Columns as stored (`columns.pack`), each column of outputs as {"outputs": its digest}, the
         column in <root>/.outputs/<digest>.json, written first and once."""
-        out = _pack(columns)
+        out = stored.pack(columns)
         for f in OUTPUTS:
             if isinstance(out.get(f), list) and any(v is not None for v in out[f]):
                 text, name = json.dumps(out[f], separators=(",", ":")), digest(out[f])
@@ -240,7 +174,7 @@ class Registry:
     def _load(self, columns: dict) -> dict:
         """The inverse of `_store`: a file of outputs whose column is not the one its name stands
         for raises ValueError."""
-        out = _unpack(columns)
+        out = stored.unpack(columns)
         for f, c in out.items():
             if isinstance(c, dict) and "outputs" in c:
                 out[f] = json.loads(self._outputs_path(c["outputs"]).read_text())
@@ -282,7 +216,7 @@ class Registry:
                         columns["output"], columns["identical"], columns["baseline_output"]
                     )
                 ]
-            record["examples"] = _rows(packed["n"], packed["fields"], columns)
+            record["examples"] = stored.rows(packed["n"], packed["fields"], columns)
         return record
 
     def files(self) -> list[Path]:

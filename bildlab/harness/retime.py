@@ -179,7 +179,7 @@ def retime(
             raise ValueError(
                 f"retimed_before must be a UTC time like 2026-12-07T06:00:00Z, got {retimed_before!r}"
             ) from None
-    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    reg = Registry.of(registry)
     sweeps, skipped = _sweeps(reg, only, retimed_before)
     out = {"retimed": 0, "differ": [], "skipped": skipped, "calibrations": {}}
     cals = dict(calibration or {})

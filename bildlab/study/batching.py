@@ -20,6 +20,7 @@ from .common import Result, Table, to_table, value
 
 TOLERANCE = 0.05  # a prediction "within" the measurement: measured over predicted in 1 +- this
 INSTALLED = "the installed zoo"
+AUTO_LOCKSTEP = " lockstep"  # a table cell's mark: `engine="auto"` took the lockstep there
 
 
 def load(folder) -> list[dict]:
@@ -52,14 +53,26 @@ def _drafted_by_auto(f: dict) -> list[dict]:
     return [r for r in f["rows"] if r["method"] in methods and "engine" not in methods[r["method"]]]
 
 
+def _by_lockstep(r: dict) -> bool:
+    """Whether `engine="auto"` took the lockstep for this row (BiLD's large batches, since
+    `BILD_LOCKSTEP_ROWS`; a file made before that rule has the ragged engine everywhere)."""
+    return r.get("engine") == "lockstep"
+
+
 def figure(files: list[dict]):
     """A panel per pair: each method that names no engine, its measured speedup over batched greedy
-    with its interval, and the prediction."""
+    with its interval, and the prediction; a hollow marker where the lockstep decoded it."""
     panels = {}
     for f in files:
         methods = {}
         for r in _drafted_by_auto(f):
-            point = (r["batch_size"], r["speedup"], r["speedup_ci"], r["predicted_speedup"])
+            point = (
+                r["batch_size"],
+                r["speedup"],
+                r["speedup_ci"],
+                r["predicted_speedup"],
+                _by_lockstep(r),
+            )
             methods.setdefault(r["method"], []).append(point)
         panels[f"{f['pair']} (N = {f['n']} rows a batch size; {_where(f)})"] = methods
     return plots.batch_speedups(panels)
@@ -82,14 +95,15 @@ def lockstep_copies(f: dict) -> dict[str, str]:
 
 def ragged_over_lockstep(files: list[dict]) -> dict:
     """{(pair, method, batch size): (ratio, (lo, hi))}: each lockstep-timed method's ragged engine
-    (`lockstep_copies`) over its lockstep on the same batches, with its paired interval."""
+    (`lockstep_copies`) over its lockstep on the same batches, with its paired interval; none where
+    `engine="auto"` took the lockstep too (`_by_lockstep`: both rows the same engine)."""
     found = {}
     for f in files:
         at = {(r["method"], r["batch_size"]): r for r in f["rows"]}
         copies = lockstep_copies(f)
         for (method, b), lock in at.items():
             ragged = copies.get(method)
-            if ragged is not None and (ragged, b) in at:
+            if ragged is not None and (ragged, b) in at and not _by_lockstep(at[(ragged, b)]):
                 rag, lock = at[(ragged, b)]["seconds"], lock["seconds"]
                 ci = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
                 found[(f["pair"], ragged, b)] = (sum(lock) / sum(rag), ci)
@@ -115,12 +129,18 @@ def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dic
                     if r is None
                     else f"{r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, "
                     f"{r['speedup_ci'][1]:.2f}] ({r['predicted_speedup']:.2f}x)"
+                    + (AUTO_LOCKSTEP if method not in copies and _by_lockstep(r) else "")
                 )
             speedups.append({"pair": f["pair"], "method": method, **cells})
             ragged = copies.get(method)
             if ragged is not None:
                 cells = {
-                    f"batch {b}": _ratio_cell(engines.get((f["pair"], ragged, b))) for b in sizes
+                    f"batch {b}": (
+                        "both lockstep"
+                        if (ragged, b) in at and _by_lockstep(at[(ragged, b)])
+                        else _ratio_cell(engines.get((f["pair"], ragged, b)))
+                    )
+                    for b in sizes
                 }
                 over.append({"pair": f["pair"], "ragged over lockstep": ragged, **cells})
     return speedups, over
@@ -178,12 +198,21 @@ def lead(files: list[dict]) -> str:
 def _reach(points: list[tuple]) -> str:
     """How far a speedup pays, in a few words: up to which batch size it is faster, from which one
     slower (`points` as for `verdict`)."""
+    sizes = [b for b, _ in points]
     faster = [b for b, (lo, hi) in points if lo > 1]
     slower = [b for b, (lo, hi) in points if hi < 1]
     if not faster:
         return f"never faster, slower at {len(slower)} of {len(points)} batch sizes"
-    said = f"faster up to batch {max(faster)}"
-    return said + (f", slower from batch {min(slower)}" if slower else ", never slower")
+    said = (
+        f"faster up to batch {max(faster)}"
+        if faster == sizes[: len(faster)]
+        else f"faster at batch {', '.join(map(str, faster))}"
+    )
+    if not slower:
+        return said + ", never slower"
+    if slower == sizes[len(sizes) - len(slower) :]:
+        return said + f", slower from batch {min(slower)}"
+    return said + f", slower at batch {', '.join(map(str, slower))}"
 
 
 def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Result:
@@ -215,7 +244,9 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         for method in f["methods"]:
             rows = [at[(method, b)] for b in sizes if (method, b) in at]
             cells = {
-                f"batch {r['batch_size']}": value(r["speedup"], r["speedup_ci"], "x") for r in rows
+                f"batch {r['batch_size']}": value(r["speedup"], r["speedup_ci"], "x")
+                + (AUTO_LOCKSTEP if method not in copies and _by_lockstep(r) else "")
+                for r in rows
             }
             summary.append({"pair": f["pair"], "method": method, **cells})
             rows_n += len(rows)
@@ -231,8 +262,15 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
                     for b in sizes
                     if (f["pair"], ragged, b) in engines
                 ]
+                both = [b for b in sizes if (ragged, b) in at and _by_lockstep(at[(ragged, b)])]
                 lines.append(
                     f"  - {ragged}, the ragged engine over the lockstep: {verdict(points)}"
+                    + (
+                        f' (at batch {", ".join(map(str, both))} `engine="auto"` took the '
+                        "lockstep: nothing to compare)"
+                        if both
+                        else ""
+                    )
                 )
         notes.append("\n".join(lines))
     everywhere = sorted({r["batch_size"] for f in files for r in f["rows"]})
@@ -255,7 +293,8 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         "Each verdict by its 95% paired interval over the batches; the rows ending in "
         '"lockstep" as the ragged engine over the lockstep on the same batches. The calibrated '
         "costs: a grid of forwards timed in the same run, each batch's counted forwards priced by "
-        "it. Each table cell below: speedup [95% interval] (predicted).",
+        "it. Each table cell below: speedup [95% interval] (predicted); marked lockstep where "
+        '`engine="auto"` took the lockstep.',
         *notes,
         Table(speedups),
         Table(over),

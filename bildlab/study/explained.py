@@ -30,7 +30,7 @@ def explained(
     pair: how many lie within `tolerance` (the ratio's point) and the spread of the ratio; and for
     the `chosen` records (e.g. RQ2's policies on test), the predicted speedup against c on this
     pair's calibration, each calibrated machine's c marked."""
-    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    reg = Registry.of(registry)
     records = [r for r in reg.records() if r["summary"].get("measured_over_predicted") is not None]
     machines = {}  # the newest calibration of each pair on each machine (CPU or GPU model)
     for c in sorted(reg.calibrations(), key=lambda c: c["made"]):
@@ -255,7 +255,7 @@ def elsewhere(registry, calibration, records: list[dict] | None = None):
     import json
     from pathlib import Path
 
-    reg = registry if isinstance(registry, Registry) else Registry(registry)
+    reg = Registry.of(registry)
     cal = (
         json.loads(Path(calibration).read_text())
         if isinstance(calibration, (str, Path))

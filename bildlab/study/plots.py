@@ -452,20 +452,30 @@ def dots(
 
 def batch_speedups(panels_: dict[str, dict[str, list[tuple]]]):
     """Speedup over batched greedy at the same batch size (y) against the batch size (x, log 2),
-    one panel per title ({title: {method: [(batch size, speedup, ci, predicted), ...]}}): each method
-    measured (a line, its 95% interval a band) and predicted by the calibrated costs (dashed, the
-    same colour); parity at 1."""
+    one panel per title ({title: {method: [(batch size, speedup, ci, predicted, lockstep), ...]}}):
+    each method measured (a line, its 95% interval a band; a hollow marker where the lockstep engine
+    decoded it) and predicted by the calibrated costs (dashed, the same colour); parity at 1."""
     fig, axes = panels(len(panels_), height=3.4)
     for ax, (title, methods) in zip(axes, panels_.items()):
         sizes = sorted({p[0] for pts in methods.values() for p in pts})
         for color, (name, pts) in zip(COLORS, methods.items()):
             xs = [p[0] for p in pts]
             ax.plot(xs, [p[1] for p in pts], marker="o", ms=3.5, color=color, label=name)
+            lock = [p for p in pts if p[4]]
+            ax.plot(
+                [p[0] for p in lock], [p[1] for p in lock], ls="none", marker="o", ms=6.5,
+                mfc="white", mec=color,
+            )  # fmt: skip
             ax.fill_between(
                 xs, [p[2][0] for p in pts], [p[2][1] for p in pts], color=color, alpha=0.15, lw=0
             )
             ax.plot(xs, [p[3] for p in pts], ls="--", lw=1.0, color=color)
         ax.plot([], [], ls="--", lw=1.0, color="grey", label="predicted (calibrated costs)")
+        if any(p[4] for pts in methods.values() for p in pts):
+            ax.plot(
+                [], [], ls="none", marker="o", ms=6.5, mfc="white", mec="grey",
+                label='engine="auto" took the lockstep',
+            )  # fmt: skip
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(b) for b in sizes])

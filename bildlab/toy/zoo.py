@@ -276,7 +276,8 @@ def copy_stage(
     output. Only a model the stage would write bit for bit is copied: it has the stage's geometry,
     `src`'s tokenizer equals this build's (`tokenizer`), and `src`'s train-log says it was built
     by this recipe's profile, seed and stage seed (SEEDS). Anything else is a ValueError. Returns
-    the stage's log entry (the earlier build's, and where it was copied from)."""
+    the stage's log entry: the earlier build's, with its training seconds (`trained_seconds`) and
+    the copied model's sha256 (a path would name whatever that folder holds later)."""
     src = Path(src)
     if name not in REUSABLE:
         raise ValueError(f"name must be one of {', '.join(REUSABLE)}; got {name!r}")
@@ -302,11 +303,13 @@ def copy_stage(
     with _staged(dest) as tmp:
         for f in folder.iterdir():
             shutil.copyfile(f, tmp / f.name)
+    own = ("seconds", "command", "copied", "copied_from", "trained_seconds", "model_sha256")
     return {
-        **{k: v for k, v in entry.items() if k not in ("seconds", "command")},
-        "copied_from": str(folder),
-        "copied": f"the output of this stage by the same recipe ({entry['command']}, "
-        f"{entry.get('seconds')} s): geometry, tokenizer, profile and seeds checked",
+        **{k: v for k, v in entry.items() if k not in own},
+        "trained_seconds": entry.get("trained_seconds", entry.get("seconds")),
+        "model_sha256": hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest(),
+        "copied": f"trained by an earlier build of this recipe ({entry['command']}) and copied "
+        "from it: geometry, tokenizer, profile and seeds checked",
     }
 
 
@@ -687,6 +690,13 @@ def write_card(out: Path, tokenizer, profile: dict, log: dict) -> dict:
     return card
 
 
+def _seconds(training: dict) -> str:
+    """A model's training seconds on the card: a copied model's are its earlier build's."""
+    if "copied" in training:
+        return f"{training.get('trained_seconds')} (copied)"
+    return str(training.get("seconds"))
+
+
 def card_markdown(card: dict) -> str:
     lines = [
         "# bildlab toy zoo",
@@ -703,7 +713,7 @@ def card_markdown(card: dict) -> str:
         lines.append(
             f"| {name} | {m['architecture']} {m['config']} | {m['parameters']:,} | "
             f"{m['file_bytes'] / 1e6:.1f} | {t.get('steps')} | {t.get('examples')} | {t.get('seed')} | "
-            f"{t.get('seconds')} |"
+            f"{_seconds(t)} |"
         )
     lines += [
         "",
