@@ -283,3 +283,38 @@ def test_a_lockstep_copy_is_known_by_its_engine_not_its_name():
     (ratio, (lo, hi)), *_ = batching.ragged_over_lockstep([f]).values()
     assert (ratio, lo, hi) == (2.0, 2.0, 2.0)
     assert list(batching.ragged_over_lockstep([f])) == [("p", "bild", 8)]
+
+
+def test_where_auto_took_the_lockstep_the_engines_are_not_compared():
+    """BiLD's large batches by `engine="auto"` are the lockstep: no ragged-over-lockstep ratio there
+    (the same engine timed twice), and the tables mark the cells."""
+    from bildlab.study import batching
+
+    bild = {"method": "bild", "fallback": 0.5, "rollback": 3.0}
+    f = {"pair": "p", "methods": {"bild": bild, "bild lockstep": {**bild, "engine": "lockstep"}}}
+    f["rows"] = [
+        {
+            "method": m,
+            "batch_size": b,
+            "engine": "ragged" if (m, b) == ("bild", 8) else "lockstep",
+            "seconds": [1.0, 2.0] if m == "bild" else [2.0, 4.0],
+            "speedup": 1.0,
+            "speedup_ci": [0.9, 1.1],
+            "predicted_speedup": 1.0,
+        }
+        for m in ("bild", "bild lockstep")
+        for b in (8, 32)
+    ]
+    assert list(batching.ragged_over_lockstep([f])) == [("p", "bild", 8)]
+    speedups, over = batching.table_rows([f])
+    assert speedups[0]["batch 8"] == "1.00x [0.90, 1.10] (1.00x)"
+    assert speedups[0]["batch 32"] == "1.00x [0.90, 1.10] (1.00x) lockstep"
+    assert speedups[1]["batch 32"] == "1.00x [0.90, 1.10] (1.00x)"  # named its engine: no mark
+    assert over == [
+        {
+            "pair": "p",
+            "ragged over lockstep": "bild",
+            "batch 8": "2.00x [2.00, 2.00]",
+            "batch 32": "both lockstep",
+        }
+    ]
