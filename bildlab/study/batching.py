@@ -59,6 +59,17 @@ def _by_lockstep(r: dict) -> bool:
     return r.get("engine") == "lockstep"
 
 
+def _auto_took_lockstep(at: dict, method: str, b: int) -> bool:
+    """Whether `method`'s row at batch size `b` (`at`: {(method, batch size): row}) exists and was
+    decoded by the lockstep."""
+    return (method, b) in at and _by_lockstep(at[(method, b)])
+
+
+def _mark(f: dict, r: dict) -> str:
+    """A cell's mark where `engine="auto"` took the lockstep: rows of methods that name no engine."""
+    return AUTO_LOCKSTEP if "engine" not in f["methods"][r["method"]] and _by_lockstep(r) else ""
+
+
 def figure(files: list[dict]):
     """A panel per pair: each method that names no engine, its measured speedup over batched greedy
     with its interval, and the prediction; a hollow marker where the lockstep decoded it."""
@@ -103,7 +114,7 @@ def ragged_over_lockstep(files: list[dict]) -> dict:
         copies = lockstep_copies(f)
         for (method, b), lock in at.items():
             ragged = copies.get(method)
-            if ragged is not None and (ragged, b) in at and not _by_lockstep(at[(ragged, b)]):
+            if ragged is not None and (ragged, b) in at and not _auto_took_lockstep(at, ragged, b):
                 rag, lock = at[(ragged, b)]["seconds"], lock["seconds"]
                 ci = interval(lambda idx: ratio_of_sums(lock, rag, idx), len(rag))
                 found[(f["pair"], ragged, b)] = (sum(lock) / sum(rag), ci)
@@ -128,8 +139,7 @@ def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dic
                     ""
                     if r is None
                     else f"{r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, "
-                    f"{r['speedup_ci'][1]:.2f}] ({r['predicted_speedup']:.2f}x)"
-                    + (AUTO_LOCKSTEP if method not in copies and _by_lockstep(r) else "")
+                    f"{r['speedup_ci'][1]:.2f}] ({r['predicted_speedup']:.2f}x)" + _mark(f, r)
                 )
             speedups.append({"pair": f["pair"], "method": method, **cells})
             ragged = copies.get(method)
@@ -137,7 +147,7 @@ def table_rows(files: list[dict], engines: dict | None = None) -> tuple[list[dic
                 cells = {
                     f"batch {b}": (
                         "both lockstep"
-                        if (ragged, b) in at and _by_lockstep(at[(ragged, b)])
+                        if _auto_took_lockstep(at, ragged, b)
                         else _ratio_cell(engines.get((f["pair"], ragged, b)))
                     )
                     for b in sizes
@@ -244,8 +254,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         for method in f["methods"]:
             rows = [at[(method, b)] for b in sizes if (method, b) in at]
             cells = {
-                f"batch {r['batch_size']}": value(r["speedup"], r["speedup_ci"], "x")
-                + (AUTO_LOCKSTEP if method not in copies and _by_lockstep(r) else "")
+                f"batch {r['batch_size']}": value(r["speedup"], r["speedup_ci"], "x") + _mark(f, r)
                 for r in rows
             }
             summary.append({"pair": f["pair"], "method": method, **cells})
@@ -262,7 +271,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
                     for b in sizes
                     if (f["pair"], ragged, b) in engines
                 ]
-                both = [b for b in sizes if (ragged, b) in at and _by_lockstep(at[(ragged, b)])]
+                both = [b for b in sizes if _auto_took_lockstep(at, ragged, b)]
                 lines.append(
                     f"  - {ragged}, the ragged engine over the lockstep: {verdict(points)}"
                     + (
