@@ -226,7 +226,9 @@ def test_the_notebook_section_replays_the_files_and_says_what_their_intervals_al
     assert batching.verdict(points) == (
         "faster at batch 1; no detectable difference at batch 8, 16; slower at batch 64"
     )
-    assert batching._reach(points) == "faster up to batch 1, slower from batch 64"
+    assert batching._reach(points) == "faster up to batch 1, slower at batch 64"
+    tail = [(1, (1.5, 1.9)), (8, (0.9, 1.1)), (16, (0.8, 0.9)), (64, (0.7, 0.8))]
+    assert batching._reach(tail) == "faster up to batch 1, slower from batch 16"
     assert batching._reach(points[:3]) == "faster up to batch 1, never slower"
     assert batching._reach(points[1:2] + points[3:]) == "never faster, slower at 1 of 2 batch sizes"
     # slower in the middle only (e.g. where the engine changes): not "slower from"

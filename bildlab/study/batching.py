@@ -207,7 +207,7 @@ def lead(files: list[dict]) -> str:
 
 def _reach(points: list[tuple]) -> str:
     """How far a speedup pays, in a few words: up to which batch size it is faster, from which one
-    slower (`points` as for `verdict`)."""
+    slower, or at which (`points` as for `verdict`)."""
     sizes = [b for b, _ in points]
     faster = [b for b, (lo, hi) in points if lo > 1]
     slower = [b for b, (lo, hi) in points if hi < 1]
@@ -220,7 +220,8 @@ def _reach(points: list[tuple]) -> str:
     )
     if not slower:
         return said + ", never slower"
-    if slower == sizes[len(sizes) - len(slower) :]:
+    # "from" only for two or more sizes that run to the largest
+    if len(slower) > 1 and slower == sizes[len(sizes) - len(slower) :]:
         return said + f", slower from batch {min(slower)}"
     return said + f", slower at batch {', '.join(map(str, slower))}"
 

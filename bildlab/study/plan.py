@@ -65,8 +65,8 @@ SECONDS_PER_DECODE = {
 # the large model costs 1 / BATCH_GAIN of a vanilla decode; the small model's alone c / BATCH_GAIN;
 # a draft-and-verify policy's (1 + c) / BATCH_GAIN, the lockstep engine's price (both models at
 # every position: BiLD's batches of 32 rows or more, `batch.BILD_LOCKSTEP_ROWS`). At 64 rows the
-# ragged engine measured (results/batch-sizes, zoo v4, 1 CPU thread) 1.0-1.04 vanilla outputs for
-# speculative decoding (within 1 + c) and 1.5-1.8 for prompt lookup, which is priced 1 here: an
+# ragged engine measured (results/batch-sizes, zoo v4, 1 CPU thread) 1.0-1.14 vanilla outputs for
+# speculative decoding (within 1 + c) and 1.6-1.8 for prompt lookup, which is priced 1 here: an
 # underestimate of prompt lookup's output hours. BATCH_GAIN, a vanilla output at batch 64 against
 # one at batch 1, per task:
 # - toy-mt 9.4: the vanilla toy-mt T5 of zoo v3, 9.36x [8.96, 9.79] on 1,000 toy-mt validation
