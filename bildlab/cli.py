@@ -175,6 +175,17 @@ def _registry(args) -> int:
                 )
             if out["differ"]:
                 return 1
+        if args.reprice:
+            from .harness.calibrate import repool
+            from .harness.pricing import reprice
+
+            reg = Registry(root)
+            pooled = repool(reg)
+            print(
+                f"{root}: {pooled} calibrations rewritten, their host work pooled over their machine's "
+                f"earlier runs; "
+                f"{reprice(reg)} records priced again by the calibration each names"
+            )
         if args.retime:
             from .harness.retime import pick, retime
 
@@ -539,6 +550,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="count the mechanism of records counted on their timed sample only on every example "
         "(their outputs computed again in batches and checked against the stored ones)",
+    )
+    what.add_argument(
+        "--reprice",
+        action="store_true",
+        help="price every record again by the calibration it names, each calibration's host work "
+        "pooled over the calibrations of its machine made before it (nothing is timed)",
     )
     what.add_argument(
         "--retime",

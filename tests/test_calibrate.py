@@ -340,3 +340,53 @@ def test_the_spread_between_runs_reads_earlier_calibrations_of_the_same_key_and_
     found = calibrate._earlier_prices(key, sample, [reg, store])
     assert found == [0.2 + i / 1000 for i in range(12 - calibrate.DRIFT_HISTORY, 12)]
     assert calibrate._earlier_prices({**key, "pair": "toy-sum"}, sample, [reg, store]) == []
+
+
+def test_host_work_is_the_median_over_the_runs_of_one_key_each_its_own_run(tmp_path):
+    """`pooled`: each value of the loop's host work is the median over this run and the earlier
+    calibrations of its key (their own runs' values, never their pooled ones); `repool` pools a
+    registry's calibrations over those made before each, once."""
+    key = {"kind": "calibration", "pair": "toy-mt", "threads": 1, "processor": "cpu X"}
+
+    def own(large_call, bild, lookup=None):
+        o = {"large_call": large_call, "draft_step": {"bild": bild}, "call": {}, "n": 16}
+        if lookup is not None:
+            o["call"]["prompt-lookup"] = lookup
+        return o
+
+    def cal(minute, overhead, **key_changes):
+        return {
+            "key": {**key, **key_changes},
+            "made": f"2026-12-07T10:{minute:02d}:00Z",
+            "costs": {"large_pass": {}, "overhead": overhead},
+        }
+
+    alone = calibrate.pooled(own(1e-4, -3e-4, 2e-3), [])
+    assert alone["runs"] == 1 and alone["draft_step"] == {"bild": -3e-4}
+    assert alone["own"] == own(1e-4, -3e-4, 2e-3)
+    # an earlier calibration without prompt lookup's value: the median over those that have it
+    earlier = [cal(0, own(3e-4, 1e-4)), cal(1, calibrate.pooled(own(2e-4, 2e-4, 1e-3), []))]
+    p = calibrate.pooled(own(1e-4, -3e-4, 2e-3), earlier)
+    assert p["runs"] == 3 and p["large_call"] == pytest.approx(2e-4)
+    assert p["draft_step"] == {"bild": pytest.approx(1e-4)}
+    assert p["call"] == {"prompt-lookup": pytest.approx(1.5e-3)}
+    assert p["own"]["draft_step"] == {"bild": -3e-4}
+
+    reg = Registry(tmp_path)
+    for i, (lc, bild) in enumerate([(3e-4, 1e-4), (2e-4, 2e-4), (1e-4, -3e-4)]):
+        reg.put_calibration(cal(i, own(lc, bild)))
+    reg.put_calibration(cal(9, own(9e-4, 9e-4), processor="cpu Y"))  # another machine
+    assert calibrate.repool(reg) == 4
+    got = {
+        (c["key"]["processor"], c["made"][-6:-4]): c["costs"]["overhead"]
+        for c in reg.calibrations()
+    }
+    # each over the calibrations of its key made before it, not after
+    assert got["cpu X", "00"]["runs"] == 1 and got["cpu X", "00"]["large_call"] == 3e-4
+    assert got["cpu X", "01"]["runs"] == 2 and got["cpu X", "01"]["large_call"] == pytest.approx(
+        2.5e-4
+    )
+    assert got["cpu X", "02"]["runs"] == 3 and got["cpu X", "02"]["draft_step"]["bild"] == 1e-4
+    assert got["cpu Y", "09"]["runs"] == 1 and got["cpu Y", "09"]["large_call"] == 9e-4
+    # pooled from the runs' own values: pooling again changes nothing
+    assert calibrate.repool(reg) == 0

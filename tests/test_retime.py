@@ -51,6 +51,22 @@ def test_retime_keeps_outputs_and_mechanism_and_prices_with_its_own_calibration(
         # the sweep's vanilla columns, timed again, stored once in the sweep's file (not copied into
         # every record)
         assert json.loads(reg.path(before["key"]).read_text())["examples"]["sweep_columns"]
+    # priced again by the calibration each names, as stored in the registry (here with dearer host
+    # work): every prediction moves, how it was timed stays; once done, nothing to do
+    from bildlab.harness.pricing import reprice
+
+    def name(record):
+        return json.dumps(record["key"], sort_keys=True)
+
+    priced = {name(b): reg.get(b["key"])["summary"]["predicted_speedup"] for b in made}
+    dearer = json.loads(json.dumps(cal))
+    dearer["costs"]["overhead"]["large_call"] += 1e-3
+    reg.put_calibration(dearer)
+    assert reprice(reg) == 3 and reprice(reg) == 0
+    for before in made:
+        after = reg.get(before["key"])
+        assert after["calibration"]["same_run"] and after["calibration"]["made"] == cal["made"]
+        assert after["summary"]["predicted_speedup"] != priced[name(before)]
     # resumed: nothing left
     assert retime(reg, progress=False, calibration={"toy-mt": cal})["skipped"] == 3
     # timed once more when retimed before a given time (a second after the first retime); that run

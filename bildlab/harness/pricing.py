@@ -4,6 +4,7 @@ records priced on another machine.
 
     attach(record, calibration, sources, encoder_decoder=True)   # the predicted speedup beside the measured one
     reprice(Registry("results/toy"), {"toy-mt": calibration})    # every record of the pair priced again
+    reprice(Registry("results/toy"))                             # each record by the calibration it names
     elsewhere(records, other_calibration)                        # the speedups another machine's costs predict
 """
 
@@ -63,19 +64,28 @@ def source_lengths(pair: str, task: str, split: str, limit) -> tuple[list[int], 
     return lengths, bool(p.large.config.is_encoder_decoder)
 
 
-def reprice(registry, calibrations: dict[str, dict]) -> int:
-    """Price every record of `registry` whose pair has a calibration in `calibrations` ({pair:
-    calibration}), storing its predicted speedup and the calibration's name; nothing else in a
-    record changes. Returns the records rewritten."""
+def reprice(registry, calibrations: dict[str, dict] | None = None) -> int:
+    """Price every record of `registry` again, storing its predicted speedup and the calibration's
+    name; nothing else in a record changes. `calibrations` ({pair: calibration}): each pair's records
+    by its one; None: every record by the calibration it names (`record["calibration"]`, found in
+    the registry by its key's digest and when it was made; records that name none stay as they
+    are). Returns the records rewritten."""
+    named = {(digest(c["key"]), c["made"]): c for c in registry.calibrations()}
     done = 0
     for record in registry.records():
-        key = record["key"]
-        cal = calibrations.get(key["pair"])
+        key, ref = record["key"], record.get("calibration") or {}
+        if calibrations is not None:
+            cal = calibrations.get(key["pair"])
+        else:
+            cal = named.get((ref.get("digest"), ref.get("made")))
         if cal is None:
             continue
         sources, enc_dec = source_lengths(key["pair"], key["task"], key["split"], key["limit"])
         before = (dict(record["summary"]), record.get("calibration"))
         attach(record, cal, sources, encoder_decoder=enc_dec)
+        # how the record was timed against its calibration, which pricing again does not change
+        if calibrations is None and "same_run" in ref:
+            record["calibration"]["same_run"] = ref["same_run"]
         if (record["summary"], record["calibration"]) != before:
             registry.put(key, record)
             done += 1

@@ -21,7 +21,8 @@ passes) by the greedy step in place of pass(1), which is measured after draft st
 model's first call is its prefill over the prompt (the calibration's `encoder` of a decoder-only
 model), not a one-token pass. The overheads (the loop's host work: acceptance rule, commit, crops,
 BiLD's confidence read, sampling, n-gram search) come from the calibration's whole decodes of fixed
-policies (`calibrate.OVERHEAD_POLICIES`), a sampling decode's from sampling ones. A model's steps
+policies (`calibrate.OVERHEAD_POLICIES`), a sampling decode's from sampling ones; each the median
+over the machine's runs (`calibrate.pooled`). A model's steps
 are priced by their position in their run (`run_seconds`: the first steps after the other model ran
 are dearer, its weights cold): a draft model's S steps as R drafts of S / R steps each (R, the
 drafts: one before each large call but the first), a greedy loop's as one run. Left out: the spread
