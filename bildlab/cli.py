@@ -321,6 +321,18 @@ def describe(cal: dict) -> str:
             f"components: {ms(u['vanilla_seconds'], u['ci'])}; {_drift(u)}: +-{100 * u['relative']:.1f}%"
             " (predicted speedups' intervals widen by it)"
         )
+    o = c.get("overhead")
+    if o:  # the loop's host work: the median over the machine's runs, this run's in brackets
+        own = o.get("own", o)
+        cells = [f"per call {1e3 * o['large_call']:.3f} ({1e3 * own['large_call']:.3f})"] + [
+            f"{name} per {unit} {1e3 * v:.3f} ({1e3 * own[group][name]:.3f})"
+            for group, unit in (("draft_step", "draft step"), ("call", "call"))
+            for name, v in o.get(group, {}).items()
+        ]
+        lines.append(
+            f"  host work (ms, median over {o.get('runs', 1)} run(s); this run's): "
+            + ", ".join(cells)
+        )
     g = c["batch_gain"]
     lines.append(
         "  batch gain: "

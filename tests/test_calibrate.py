@@ -234,6 +234,15 @@ def test_a_calibration_interleaves_every_component_and_states_its_uncertainty(
     assert u["inputs"] == u["relative"] and u["between_runs"] is None and u["runs"] == 1
     line = next(x for x in describe(cal).splitlines() if "uncertainty" in x)
     assert f"+-{100 * u['relative']:.1f}%" in line and "between runs not known yet (1 " in line
+    # the loop's host work of its one run, kept as its own and printed beside it
+    o = cal["costs"]["overhead"]
+    assert o["runs"] == 1 and o["own"]["large_call"] == o["large_call"]
+    assert set(o["draft_step"]) == {"bild", "speculative", "speculative sampling"}
+    host = next(x for x in describe(cal).splitlines() if "host work" in x)
+    assert (
+        "median over 1 run(s)" in host
+        and f"bild per draft step {1e3 * o['draft_step']['bild']:.3f}" in host
+    )
 
 
 LENGTHS = (4, 6, 8, 6)
