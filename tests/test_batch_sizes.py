@@ -220,6 +220,8 @@ def test_the_notebook_section_replays_the_files_and_says_what_their_intervals_al
         assert f"{f['machine']['processor']}, {f['threads']} thread" in result.answer
         notes = [d.text for d in result.details if hasattr(d, "text")]
         assert any(f"outputs equal greedy's in {n} of {n})" in t for t in notes)
+    # why, from the grids, among the details
+    assert batching.verification(batching.load(root / "results" / "batch-sizes")) in notes
     assert len(result.pin.splitlines()) == 2 * 3  # two pairs, three methods by "auto"
     # the verdict reads the intervals: above 1, across it, below it
     points = [(1, (1.2, 1.5)), (8, (0.9, 1.1)), (16, (1.0, 1.2)), (64, (0.5, 0.8))]
@@ -320,3 +322,30 @@ def test_where_auto_took_the_lockstep_the_engines_are_not_compared():
             "batch 32": "both lockstep",
         }
     ]
+
+
+def test_why_speculation_stops_paying_is_read_from_the_grids():
+    """`verification`: the large model's pass over k + 1 tokens in one-token steps and the draft's
+    c, at the smallest and the largest batch size, from each file's grids (one number where the
+    files agree, a range where they differ); nothing where a file kept no grid."""
+    from bildlab.study import batching
+
+    def grid(rows, one, five, small):
+        return {"large": {str(rows): {"1": one, "5": five}}, "small": {str(rows): {"1": small}}}
+
+    def file(pass64, c64):
+        rows = [
+            {"batch_size": 1, "grid": grid(1, 0.010, 0.012, 0.001)},
+            {"batch_size": 64, "grid": grid(64, 0.020, 0.020 * pass64, 0.020 * c64)},
+        ]
+        return {"methods": {"spec": {"method": "speculative", "k": 4}}, "rows": rows}
+
+    said = batching.verification([file(3.0, 0.125), file(2.5, 0.1)])
+    assert said == (
+        "Why: the large model's pass over 5 tokens costs 1.20 one-token steps at 1 row and "
+        "2.50–3.00 at 64 rows, the draft's step c = 0.100 and 0.100–0.125 of the large model's "
+        "(the grids timed in the same runs)."
+    )
+    bare = file(3.0, 0.125)
+    bare["rows"] = [{k: v for k, v in r.items() if k != "grid"} for r in bare["rows"]]
+    assert batching.verification([file(3.0, 0.125), bare]) == ""

@@ -226,6 +226,42 @@ def _reach(points: list[tuple]) -> str:
     return said + f", slower at batch {', '.join(map(str, slower))}"
 
 
+def _grids(f: dict) -> dict[int, dict]:
+    """The forward grid timed at each batch size (`batch_sizes.measure` keeps it in the batch size's
+    last row): {batch size: {model: {rows: {columns: seconds}}}}; {} for a run without costs."""
+    return {r["batch_size"]: r["grid"] for r in f["rows"] if r.get("grid")}
+
+
+def verification(files: list[dict]) -> str:
+    """Why speculation stops paying, from the grids: the large model's pass over k + 1 tokens (k, the
+    files' largest speculative k) in one-token steps, and the draft's step over the large model's
+    (c), at the smallest and the largest batch size; "" where a file has no grid."""
+    ks = [m["k"] for f in files for m in f["methods"].values() if m.get("method") == "speculative"]
+    grids = [_grids(f) for f in files]
+    if not ks or not all(grids):
+        return ""
+    m = max(ks) + 1
+    ends = sorted({b for g in grids for b in g})
+    lo, hi = ends[0], ends[-1]
+
+    def span(get, b, digits) -> str:
+        vs = [f"{v:.{digits}f}" for v in sorted(get(g[b], str(b)) for g in grids if b in g)]
+        return vs[0] if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}"
+
+    def passes(g, r):
+        return g["large"][r][str(m)] / g["large"][r]["1"]
+
+    def c(g, r):
+        return g["small"][r]["1"] / g["large"][r]["1"]
+
+    return (
+        f"Why: the large model's pass over {m} tokens costs {span(passes, lo, 2)} one-token steps "
+        f"at {lo} row{'s' * (lo > 1)} and {span(passes, hi, 2)} at {hi} rows, the draft's step "
+        f"c = {span(c, lo, 3)} and {span(c, hi, 3)} of the large model's (the grids timed in the "
+        "same runs)."
+    )
+
+
 def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Result:
     """The section: the files of `results` replayed (a pair a file), their figure written as
     `figures`/batch_sizes, and the answer in words."""
@@ -305,6 +341,7 @@ def batch_answer(results="../results/batch-sizes", *, figures="figures") -> Resu
         "costs: a grid of forwards timed in the same run, each batch's counted forwards priced by "
         "it. Each table cell below: speedup [95% interval] (predicted); marked lockstep where "
         '`engine="auto"` took the lockstep.',
+        *([why] if (why := verification(files)) else []),
         *notes,
         Table(speedups),
         Table(over),
