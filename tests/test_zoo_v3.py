@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from bildlab.harness import shard
 from bildlab.toy import train, zoo
 
 FULL_COMMAND = "bildlab zoo --profile full --seed 0 --jobs 2"
@@ -161,3 +162,10 @@ def test_smoke_build_runs_end_to_end(tmp_path, monkeypatch):
     first = json.loads((tmp_path / "zoo" / "train-log.json").read_text())
     for name in copied:  # copied again, the seconds are still the build's that trained it
         assert log[name]["trained_seconds"] == first[name]["seconds"], name
+        # and so is the machine that trained it (a rebuild elsewhere need not give its bits)
+        assert log[name]["trained_on"] == first[name]["trained_on"], name
+    assert first["t5-large"]["trained_on"] == {
+        "processor": shard.processor(),
+        "torch": torch.__version__,
+    }
+    assert "trained_on" in log["t5-small-aligned"]

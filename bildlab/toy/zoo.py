@@ -31,6 +31,7 @@ import torch
 
 from ..atomic import atomic_path
 from ..engine.early_exit import exit_draft
+from ..harness.shard import processor
 from ..measure import metrics
 from ..world import tasks
 from ..world.models import EXIT_LAYER, TOY_PAIRS, zoo_dir
@@ -398,6 +399,8 @@ def build(
         info = fn()
         info["seconds"] = round(time.time() - t0, 1)
         info["command"] = command
+        if "copied" not in info:  # the same bits come back on one machine, not on every CPU
+            info["trained_on"] = {"processor": processor(), "torch": torch.__version__}
         _log_stage(out / "train-log.json", work / "train-log.lock", name, info)
         print(f"[zoo] {name}: {info['seconds']} s", file=sys.stderr)
 
