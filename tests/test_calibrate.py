@@ -346,9 +346,10 @@ def test_the_spread_between_runs_reads_earlier_calibrations_of_the_same_key_and_
     store.put_calibration(cal(21, 0.3, tokens=20.0))
     # made before calibrations stated their uncertainty
     store.put_calibration({"key": key, "made": "2026-12-07T10:22:00Z", "costs": {"large_pass": {}}})
-    found = calibrate._earlier_prices(key, sample, [reg, store])
+    known = [*reg.calibrations(), *store.calibrations()]
+    found = calibrate._earlier_prices(key, sample, known)
     assert found == [0.2 + i / 1000 for i in range(12 - calibrate.DRIFT_HISTORY, 12)]
-    assert calibrate._earlier_prices({**key, "pair": "toy-sum"}, sample, [reg, store]) == []
+    assert calibrate._earlier_prices({**key, "pair": "toy-sum"}, sample, known) == []
 
 
 def test_host_work_is_the_median_over_the_runs_of_one_key_each_its_own_run(tmp_path):

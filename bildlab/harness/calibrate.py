@@ -415,8 +415,9 @@ def calibrate(
         **_models_key(pair, random_weights),
     }
     sources = [machine_store()] + ([] if registry is None else [Registry.of(registry)])
-    uncertainty = _with_drift(uncertainty, _earlier_prices(key, uncertainty, sources))
-    costs["overhead"] = pooled(costs["overhead"], _same_key(key, sources))
+    known = [c for source in sources for c in source.calibrations()]
+    uncertainty = _with_drift(uncertainty, _earlier_prices(key, uncertainty, known))
+    costs["overhead"] = pooled(costs["overhead"], _same_key(key, known))
     record = {
         "key": key,
         "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -501,16 +502,15 @@ def _uncertainty(costs: dict, rows: list[dict], xs, prefixes, dec_only: bool) ->
     }
 
 
-def _same_key(key: dict, sources, before: str | None = None, where=None) -> list[dict]:
-    """The newest DRIFT_HISTORY calibrations in `sources` (registries) with this `key` (pair, models,
-    machine, threads, protocol) that `where` (a predicate; None: any) accepts, each once (a
-    registry's and the store's copies), made before `before` (a `made` time; None: any), oldest
-    first."""
+def _same_key(key: dict, calibrations, before: str | None = None, where=None) -> list[dict]:
+    """The newest DRIFT_HISTORY of `calibrations` (records read from registries) with this `key`
+    (pair, models, machine, threads, protocol) that `where` (a predicate; None: any) accepts, each
+    once (a registry's and the store's copies), made before `before` (a `made` time; None: any),
+    oldest first."""
     want = json.dumps(key, sort_keys=True)
     found = {
         c["made"]: c
-        for source in sources
-        for c in source.calibrations()
+        for c in calibrations
         if json.dumps(c["key"], sort_keys=True) == want
         and (before is None or c["made"] < before)
         and (where is None or where(c))
@@ -518,16 +518,18 @@ def _same_key(key: dict, sources, before: str | None = None, where=None) -> list
     return [found[made] for made in sorted(found)[-DRIFT_HISTORY:]]
 
 
-def _earlier_prices(key: dict, u: dict, sources) -> list[float]:
-    """The vanilla-decode prices (`_uncertainty`) of the newest DRIFT_HISTORY calibrations in
-    `sources` with this `key` and the same sample (`u`'s inputs: their count, mean length and mean
+def _earlier_prices(key: dict, u: dict, calibrations) -> list[float]:
+    """The vanilla-decode prices (`_uncertainty`) of the newest DRIFT_HISTORY of `calibrations`
+    with this `key` and the same sample (`u`'s inputs: their count, mean length and mean
     output tokens), oldest first."""
 
     def same_sample(c: dict) -> bool:
         v = c.get("uncertainty") or {}
         return all(v.get(f) == u[f] for f in ("n", "source", "tokens"))
 
-    return [c["uncertainty"]["vanilla_seconds"] for c in _same_key(key, sources, where=same_sample)]
+    return [
+        c["uncertainty"]["vanilla_seconds"] for c in _same_key(key, calibrations, where=same_sample)
+    ]
 
 
 def pooled(own: dict, earlier: list[dict]) -> dict:
@@ -557,12 +559,12 @@ def repool(registry) -> int:
     """Pool the host work of every calibration of `registry` over the calibrations of its key made
     before it there (`pooled`, as `calibrate` does when it is made); returns those rewritten."""
     reg, done = Registry.of(registry), 0
-    for cal in reg.calibrations():
+    for cal in (known := reg.calibrations()):
         o = cal["costs"].get("overhead")
         if not o:
             continue
         own = o.get("own") or {k: v for k, v in o.items() if k not in ("runs", "own")}
-        new = pooled(own, _same_key(cal["key"], [reg], before=cal["made"]))
+        new = pooled(own, _same_key(cal["key"], known, before=cal["made"]))
         if new != o:
             cal["costs"]["overhead"] = new
             reg.put_calibration(cal)

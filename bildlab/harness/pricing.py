@@ -70,7 +70,8 @@ def reprice(registry, calibrations: dict[str, dict] | None = None) -> int:
     by its one; None: every record by the calibration it names (`record["calibration"]`, found in
     the registry by its key's digest and when it was made; records that name none stay as they
     are). Returns the records rewritten."""
-    named = {(digest(c["key"]), c["made"]): c for c in registry.calibrations()}
+    if calibrations is None:
+        named = {(digest(c["key"]), c["made"]): c for c in registry.calibrations()}
     done = 0
     for record in registry.records():
         key, ref = record["key"], record.get("calibration") or {}
